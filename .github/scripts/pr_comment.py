@@ -1,0 +1,313 @@
+#!/usr/bin/env python3
+"""Post or update phasebench's one sticky PR comment from a finished benchmark run (stdlib only).
+
+Runs in the `workflow_run`-triggered commenter, which holds a token that can write PR comments.
+Everything it reads from the benchmark run's `pr-comment` artifact was produced by the pull
+request's own code, so it is treated as untrusted data: parsed, never executed; every field
+validated; the markdown size-limited, stripped of control characters and of @-mentions; and the
+PR number it names is only believed when that PR's head commit is the commit the run tested
+(and, where GitHub lists the run's pull requests, when the number is among them).
+
+Artifact layout (written by the bench workflow's `report` job):
+- `pr.json`: `{"schema": 1, "pr_number": 12, "head_sha": "<40 hex>", "gate": "pass|fail|error",
+  "accepted": false, "classes": ["cuda"]}`
+- `summary.md`: the report's summary (`python -m reports render` writes it).
+
+Environment: `GITHUB_TOKEN`, `GITHUB_REPOSITORY`, `GITHUB_API_URL` (default api.github.com),
+`RUN_HEAD_SHA`, `RUN_PULL_REQUESTS` (JSON list from `github.event.workflow_run.pull_requests`),
+`RUN_URL`, `RUN_CONCLUSION`.
+
+Exit status: 0 when the comment was written or there was rightly nothing to post (no artifact,
+a newer commit on the PR); 1 when the artifact fails validation or the API refuses.
+
+Deliberately not here: deciding the check's verdict (the bench workflow's gate does that) and
+reading anything but `pr.json` and `summary.md` from the artifact.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import unicodedata
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+MARKER = "<!-- phasebench-sticky-report -->"
+BOT_LOGIN = "github-actions[bot]"
+MAX_JSON_BYTES = 16 * 1024
+# GitHub refuses comment bodies over 65,536 characters; leave room for the header and footer.
+MAX_SUMMARY_CHARS = 60_000
+MAX_SUMMARY_BYTES = 4 * MAX_SUMMARY_CHARS  # read at most this much of the file
+_SHA = re.compile(r"[0-9a-f]{40}")
+_CLASS = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
+_GATES = {"pass": "passed", "fail": "regression found", "error": "could not judge"}
+# "@user" or "@org/team" would notify people on behalf of the bot; a zero-width space after "@"
+# keeps the text readable and the ping inert.
+_MENTION = re.compile(r"@(?=[A-Za-z0-9])")
+
+Transport = Callable[[str, str, bytes | None, Mapping[str, str]], tuple[int, Any]]
+
+
+class CommentError(Exception):
+    """The artifact or the API answer is not what a genuine run produces; nothing is posted."""
+
+
+@dataclass(frozen=True)
+class Payload:
+    """The validated contents of one `pr-comment` artifact."""
+
+    pr_number: int
+    head_sha: str
+    gate: str
+    accepted: bool
+    classes: tuple[str, ...]
+    summary_md: str
+
+    @classmethod
+    def from_dir(cls, directory: Path) -> Payload:
+        """Read and validate `pr.json` and `summary.md`; raise `CommentError` on anything odd."""
+        meta_path, summary_path = directory / "pr.json", directory / "summary.md"
+        for path in (meta_path, summary_path):
+            if path.is_symlink() or not path.is_file():
+                raise CommentError(f"{path.name} is missing or not a regular file")
+        if meta_path.stat().st_size > MAX_JSON_BYTES:
+            raise CommentError(f"pr.json is over {MAX_JSON_BYTES} bytes")
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise CommentError(f"pr.json is not JSON: {exc}") from exc
+        if not isinstance(meta, dict) or meta.get("schema") != 1:
+            raise CommentError("pr.json: expected an object with schema 1")
+        number, sha = meta.get("pr_number"), meta.get("head_sha")
+        gate, accepted, classes = meta.get("gate"), meta.get("accepted"), meta.get("classes")
+        if not isinstance(number, int) or isinstance(number, bool) or not 0 < number < 10**9:
+            raise CommentError("pr.json: pr_number must be a positive integer")
+        if not isinstance(sha, str) or _SHA.fullmatch(sha) is None:
+            raise CommentError("pr.json: head_sha must be 40 lowercase hex digits")
+        if gate not in _GATES:
+            raise CommentError(f"pr.json: gate must be one of {sorted(_GATES)}")
+        if not isinstance(accepted, bool):
+            raise CommentError("pr.json: accepted must be true or false")
+        if not isinstance(classes, list) or not all(
+            isinstance(c, str) and _CLASS.fullmatch(c) for c in classes
+        ):
+            raise CommentError("pr.json: classes must be a list of runner class names")
+        with summary_path.open("rb") as handle:
+            raw = handle.read(MAX_SUMMARY_BYTES + 1)
+        return cls(
+            pr_number=number,
+            head_sha=sha,
+            gate=str(gate),
+            accepted=accepted,
+            classes=tuple(classes),
+            summary_md=clean_markdown(raw.decode("utf-8", errors="replace")),
+        )
+
+
+def clean_markdown(text: str) -> str:
+    """Untrusted markdown made safe to post: no control characters, mentions or our marker,
+    and at most `MAX_SUMMARY_CHARS` characters (cut at a line end, with a note)."""
+    kept = "".join(
+        ch for ch in text if ch in "\n\t" or unicodedata.category(ch) not in {"Cc", "Cf", "Cs"}
+    )
+    kept = kept.replace(MARKER, "").replace("<!--", "&lt;!--")
+    kept = _MENTION.sub("@\u200b", kept)
+    if len(kept) > MAX_SUMMARY_CHARS:
+        cut = kept.rfind("\n", 0, MAX_SUMMARY_CHARS)
+        kept = kept[: cut if cut > 0 else MAX_SUMMARY_CHARS]
+        kept += "\n\n_(summary truncated; the full report is in the run's artifacts)_"
+    return kept.strip()
+
+
+def check_target(
+    payload: Payload, *, run_head_sha: str, run_pull_requests: Sequence[Any], pull: Any
+) -> str | None:
+    """None when the comment may go to `payload.pr_number`; else the benign reason it won't.
+
+    `pull` is the API's answer for that PR. A forged or mismatched artifact raises
+    `CommentError`: its head sha must be the run's, and when GitHub lists the run's pull
+    requests (it does not for forks) its number must be one of them. A PR that is closed or
+    whose head has moved on since the run is not an error: a later run comments.
+    """
+    if payload.head_sha != run_head_sha:
+        raise CommentError(
+            f"artifact names head {payload.head_sha[:12]} but the run tested {run_head_sha[:12]}"
+        )
+    numbers = {
+        pr["number"]
+        for pr in run_pull_requests
+        if isinstance(pr, dict) and isinstance(pr.get("number"), int)
+    }
+    if numbers and payload.pr_number not in numbers:
+        raise CommentError(f"PR #{payload.pr_number} is not among the run's PRs {sorted(numbers)}")
+    if not isinstance(pull, dict) or pull.get("number") != payload.pr_number:
+        raise CommentError(f"the API did not return PR #{payload.pr_number}")
+    head = pull.get("head")
+    head_sha = head.get("sha") if isinstance(head, dict) else None
+    if head_sha != run_head_sha:
+        return f"PR #{payload.pr_number} has moved on to {str(head_sha)[:12]}; a later run comments"
+    if pull.get("state") != "open":
+        return f"PR #{payload.pr_number} is {pull.get('state')}"
+    return None
+
+
+def render_comment(payload: Payload, *, run_url: str, conclusion: str) -> str:
+    """The sticky comment's body: marker, one status line, the summary, a link to the run."""
+    status = _GATES[payload.gate]
+    if payload.gate == "fail" and payload.accepted:
+        status += " (accepted: `perf-regression-accepted` label)"
+    classes = ", ".join(payload.classes) or "none"
+    lines = [
+        MARKER,
+        "### phasebench",
+        f"**Gate:** {status} · **runners:** {classes} · **commit:** `{payload.head_sha[:12]}` · "
+        f"**run:** {conclusion}",
+        "",
+        payload.summary_md or "_(the run wrote an empty summary)_",
+        "",
+        f"Full HTML report: the `report` artifact of [this run]({run_url}).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def find_sticky(comments: Sequence[Any]) -> int | None:
+    """The id of the bot's own comment carrying the marker (the oldest, if several)."""
+    for comment in comments:
+        user = comment.get("user") if isinstance(comment, dict) else None
+        if (
+            isinstance(user, dict)
+            and user.get("login") == BOT_LOGIN
+            and MARKER in str(comment.get("body", ""))
+            and isinstance(comment.get("id"), int)
+        ):
+            return int(comment["id"])
+    return None
+
+
+def urllib_transport(
+    method: str, url: str, body: bytes | None, headers: Mapping[str, str]
+) -> tuple[int, Any]:
+    """Send one request; returns (status, parsed JSON or None)."""
+    if not url.startswith("https://"):
+        raise CommentError(f"refusing a non-https API URL: {url}")
+    request = urllib.request.Request(url, data=body, method=method, headers=dict(headers))
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            text = response.read().decode("utf-8")
+            return response.status, json.loads(text) if text else None
+    except urllib.error.HTTPError as exc:
+        return exc.code, None
+    except (urllib.error.URLError, TimeoutError, json.JSONDecodeError) as exc:
+        raise CommentError(f"{method} {url} failed: {exc}") from exc
+
+
+class GitHub:
+    """The four REST calls the commenter needs, over an injectable transport."""
+
+    def __init__(self, api_url: str, repo: str, token: str, transport: Transport) -> None:
+        if re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", repo) is None:
+            raise CommentError(f"GITHUB_REPOSITORY {repo!r} is not owner/name")
+        self._base = f"{api_url.rstrip('/')}/repos/{repo}"
+        self._headers = {
+            "Accept": "application/vnd.github+json",
+            "Authorization": f"Bearer {token}",
+            "X-GitHub-Api-Version": "2022-11-28",
+            "User-Agent": "phasebench-pr-comment",
+        }
+        self._transport = transport
+
+    def _call(self, method: str, path: str, payload: Any = None) -> Any:
+        body = None if payload is None else json.dumps(payload).encode("utf-8")
+        headers = dict(self._headers)
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        status, data = self._transport(method, f"{self._base}{path}", body, headers)
+        if not 200 <= status < 300:
+            raise CommentError(f"{method} {path} answered HTTP {status}")
+        return data
+
+    def pull(self, number: int) -> Any:
+        """GET /pulls/{number}."""
+        return self._call("GET", f"/pulls/{number}")
+
+    def comments(self, number: int, max_pages: int = 20) -> list[Any]:
+        """Every comment on the PR's conversation, oldest first (100 a page)."""
+        found: list[Any] = []
+        for page in range(1, max_pages + 1):
+            batch = self._call("GET", f"/issues/{number}/comments?per_page=100&page={page}")
+            if not isinstance(batch, list):
+                raise CommentError("the comments listing is not a list")
+            found.extend(batch)
+            if len(batch) < 100:
+                break
+        return found
+
+    def create(self, number: int, body: str) -> Any:
+        """POST a new comment on the PR."""
+        return self._call("POST", f"/issues/{number}/comments", {"body": body})
+
+    def update(self, comment_id: int, body: str) -> Any:
+        """PATCH an existing comment."""
+        return self._call("PATCH", f"/issues/comments/{comment_id}", {"body": body})
+
+
+def post(artifact: Path, env: Mapping[str, str], transport: Transport | None = None) -> str:
+    """Validate the artifact, check the target PR, then create or update the sticky comment.
+
+    Returns what was done, for the log. Raises `CommentError` when nothing may be posted
+    because the artifact or the API answer is wrong.
+    """
+    if not (artifact / "pr.json").exists():
+        return "no pr-comment artifact in this run (benchmarks skipped): nothing to post"
+    payload = Payload.from_dir(artifact)
+    try:
+        run_prs = json.loads(env.get("RUN_PULL_REQUESTS") or "[]")
+    except json.JSONDecodeError as exc:
+        raise CommentError(f"RUN_PULL_REQUESTS is not JSON: {exc}") from exc
+    api = GitHub(
+        env.get("GITHUB_API_URL", "https://api.github.com"),
+        env.get("GITHUB_REPOSITORY", ""),
+        env.get("GITHUB_TOKEN", ""),
+        transport or urllib_transport,
+    )
+    reason = check_target(
+        payload,
+        run_head_sha=env.get("RUN_HEAD_SHA", ""),
+        run_pull_requests=run_prs if isinstance(run_prs, list) else [],
+        pull=api.pull(payload.pr_number),
+    )
+    if reason is not None:
+        return f"not commenting: {reason}"
+    body = render_comment(
+        payload, run_url=env.get("RUN_URL", ""), conclusion=env.get("RUN_CONCLUSION", "unknown")
+    )
+    sticky = find_sticky(api.comments(payload.pr_number))
+    if sticky is None:
+        api.create(payload.pr_number, body)
+        return f"created the phasebench comment on PR #{payload.pr_number}"
+    api.update(sticky, body)
+    return f"updated comment {sticky} on PR #{payload.pr_number}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line: `pr_comment.py --artifact DIR`; see the module docstring."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--artifact", type=Path, required=True)
+    args = parser.parse_args(argv)
+    try:
+        print(post(args.artifact, os.environ))
+    except CommentError as exc:
+        print(f"::error::pr comment: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

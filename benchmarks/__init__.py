@@ -1,0 +1,1 @@
+"""The phasebench benchmark suite (test modules) and its measurement library (`harness`)."""

@@ -1,0 +1,172 @@
+"""What differs between transformers 4.46-4.57 and 5.x in the calls the engine makes.
+
+* The cache's forward kwarg and output field: `cache` from 5.24, `past_key_values` before. 5.24
+  still accepts the old names but warns (a `FutureWarning` for the kwarg, a logger warning for
+  the field), so we ask the forward signature and read the output by its real key.
+* Last-position logits: `logits_to_keep` (4.50+), `num_logits_to_keep` (4.4x), or neither
+  (GPT-2 in 4.46): then the caller slices the full logits.
+* In 4.46 many models return a legacy tuple of `(k, v)` per layer and warn when it is passed back;
+  `adopt_cache` turns it into the `DynamicCache` those models build internally anyway. Models
+  without cache classes (GPT-2 in 4.46) keep their tuples.
+* `copy_cache` makes an independent cache with the same contents, for restoring a cache to the
+  prompt between rounds. K/V tensors of layers that only ever grow by concatenation (dynamic and
+  sliding-window dynamic layers, 4.4x `key_cache` lists, legacy tuples) are shared, because the
+  model never writes into them; everything else is cloned. No cropping is needed, so sliding
+  layers that already dropped positions restore exactly.
+
+It deliberately does not load models, count KV bytes (`kv.py`) or decide what to measure.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import transformers
+from transformers import cache_utils
+
+from benchmarks.harness.errors import EngineError
+
+_CACHE_KWARGS = ("cache", "past_key_values")
+_LOGITS_KWARGS = ("logits_to_keep", "num_logits_to_keep")
+
+
+def _forward_parameters(model: Any) -> set[str]:
+    return set(inspect.signature(model.forward).parameters)
+
+
+def cache_kwarg(model: Any) -> str:
+    """The forward kwarg that takes the cache: `cache` (5.24+) or `past_key_values` (older)."""
+    parameters = _forward_parameters(model)
+    for name in _CACHE_KWARGS:
+        if name in parameters:
+            return name
+    raise EngineError(
+        f"{type(model).__name__}.forward takes neither `cache` nor `past_key_values`; "
+        "phasebench needs a decoder with a KV cache, so pick another model."
+    )
+
+
+def logits_kwarg(model: Any) -> str | None:
+    """The forward kwarg that limits logits to the last positions, or None when there is none."""
+    parameters = _forward_parameters(model)
+    for name in _LOGITS_KWARGS:
+        if name in parameters:
+            return name
+    return None
+
+
+def output_cache(outputs: Any) -> Any:
+    """The cache in a model output, read by its real key so 5.24 logs no rename warning."""
+    keys = outputs.keys()
+    for name in _CACHE_KWARGS:
+        if name in keys:
+            return outputs[name]
+    raise EngineError(
+        f"the model output ({type(outputs).__name__}) holds no cache; the model must support "
+        "`use_cache=True`, so pick a decoder model that does."
+    )
+
+
+def adopt_cache(model: Any, cache: Any) -> Any:
+    """The cache in the form the model takes back without deprecation warnings.
+
+    A legacy tuple from a model that supports cache classes (4.46 Llama, Mistral, ...) becomes a
+    `DynamicCache` (no tensor is copied); anything else is returned unchanged.
+    """
+    if isinstance(cache, tuple | list) and getattr(model, "_supports_cache_class", False):
+        # `from_legacy_cache` exists exactly in the versions that return legacy tuples.
+        return getattr(cache_utils.DynamicCache, "from_legacy_cache")(tuple(cache))  # noqa: B009
+    return cache
+
+
+# From 4.56 every model builds `DynamicCache(config=...)` itself (sliding layers trimmed); before,
+# a few models default to caches that the KV contract (DESIGN §4) does not describe.
+_DYNAMIC_CACHE_BY_DEFAULT_SINCE = (4, 56)
+
+
+def _transformers_version() -> tuple[int, int]:
+    major, minor = transformers.__version__.split(".")[:2]
+    return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
+
+
+def initial_cache(model: Any, batch: int) -> Any:
+    """The cache to hand to the prefill, or None to let the model build its own.
+
+    transformers < 4.56: Gemma-2 builds a `HybridCache` sized to the *prompt* (its global
+    layers then hold P slots after P + k tokens), and Jamba returns no cache unless given its
+    hybrid cache; both get the dynamic cache instead. Newer releases need nothing.
+    """
+    if _transformers_version() >= _DYNAMIC_CACHE_BY_DEFAULT_SINCE:
+        return None
+    model_type = getattr(model.config, "model_type", "")
+    if model_type == "gemma2":
+        return cache_utils.DynamicCache()
+    if model_type == "jamba":
+        from transformers.models.jamba import modeling_jamba  # noqa: PLC0415 - 4.x only
+
+        hybrid_cache = getattr(modeling_jamba, "HybridMambaAttentionDynamicCache")  # noqa: B009 - gone in 5.x stubs
+        return hybrid_cache(model.config, batch, model.dtype, model.device)
+    return None
+
+
+def cache_seq_length(cache: Any) -> int:
+    """How many positions the cache has seen (a sliding layer may hold fewer of them)."""
+    if isinstance(cache, tuple | list):
+        return int(cache[0][0].shape[-2]) if cache else 0
+    return int(cache.get_seq_length())
+
+
+def max_positions(config: Any) -> int | None:
+    """The decoder's maximum number of positions, or None when the config states none."""
+    getter = getattr(config, "get_text_config", None)
+    text = getter(decoder=True) if getter is not None else config
+    # GPT-2 maps `max_position_embeddings` to `n_positions` through its attribute map.
+    value = getattr(text, "max_position_embeddings", None)
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def _append_only_layer_types() -> tuple[type, ...]:
+    # Exact types only: a subclass (quantized, offloaded) may write in place.
+    names = ("DynamicLayer", "DynamicSlidingWindowLayer")
+    return tuple(t for t in (getattr(cache_utils, n, None) for n in names) if t is not None)
+
+
+def _nested_tensors(obj: Any) -> Iterator[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, tuple | list):
+        for item in obj:
+            yield from _nested_tensors(item)
+
+
+def _append_only_tensors(cache: Any) -> Iterator[torch.Tensor]:
+    """K/V tensors the model replaces (by `torch.cat`) rather than writes into."""
+    if isinstance(cache, tuple | list):  # legacy format: the model concatenates onto new tuples
+        yield from _nested_tensors(cache)
+        return
+    layers = getattr(cache, "layers", None)
+    if layers is not None:  # 4.54+
+        kinds = _append_only_layer_types()
+        for layer in layers:
+            if type(layer) in kinds and getattr(layer, "keys", None) is not None:
+                yield layer.keys
+                yield layer.values
+        return
+    if type(cache) is getattr(cache_utils, "DynamicCache", None):  # <= 4.53: per-layer lists
+        yield from _nested_tensors(list(getattr(cache, "key_cache", [])))
+        yield from _nested_tensors(list(getattr(cache, "value_cache", [])))
+
+
+def copy_cache(cache: Any) -> Any:
+    """An independent cache with `cache`'s contents: extending one never changes the other.
+
+    Append-only K/V tensors are shared (free); all other state (counters, in-place buffers of
+    static or recurrent layers) is deep-copied.
+    """
+    shared = {id(t): t for t in _append_only_tensors(cache)}
+    with torch.inference_mode():
+        return copy.deepcopy(cache, memo=dict(shared))

@@ -1,0 +1,312 @@
+"""The owned generation loop: one prefill, then one decode step per further token, greedily.
+
+N new tokens = 1 prefill + (N - 1) decode steps, and the final cache holds P + N - 1 positions
+(the last token is produced but never fed back). With P = 4 and N = 3 the cache grows 4 -> 5 -> 6.
+
+* `prefill(input_ids)`: one forward over `[B, P]` with `use_cache=True`, logits for the last
+  position only (`logits_to_keep=1` where the forward takes it, else a slice), argmax -> token 1.
+  `prefill_s` is model-side (synchronized forward + argmax); `ttft_s` is client-observed: host
+  prompt ids -> H2D -> prefill -> argmax -> first token id back on the host (D2H).
+* `decode_step(token, cache)`: one forward of `[B, 1]` with the cache, argmax -> next token. It
+  times nothing, so a benchmark can time exactly it.
+* `generate(input_ids, N)`: the whole loop. `step_s` are the N - 1 synchronized model-side decode
+  steps; `gap_s` are the client-observed gaps between successive token ids arriving on the host
+  (tokens 2..N). Resource samples (memory counters, RSS, KV bytes, CPU %) are taken at phase
+  boundaries *outside* every timed region, and the client clock is paused while they are taken,
+  so instrumentation inflates neither model-side nor client-observed times.
+* `snapshot(cache)` / `restore(snapshot)`: a fresh cache of exactly the snapshot's positions, so a
+  decode step can be timed at a fixed context length round after round.
+
+It deliberately does not call `model.generate()`, sample (greedy only), pad, stop at EOS, build
+models (`models.py`), or decide warmup and rounds (the benchmark suite does).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from benchmarks.harness import compat
+from benchmarks.harness.devices import CpuMeter, MemoryMonitor, MemorySample, timed
+from benchmarks.harness.errors import EngineError
+from benchmarks.harness.kv import measure_kv
+
+PHASES = ("before_prefill", "after_prefill", "after_decode")
+
+
+def make_prompt(
+    batch: int, prompt_len: int, vocab_size: int, seed: int, device: torch.device | str = "cpu"
+) -> torch.Tensor:
+    """Seeded synthetic prompt ids `[batch, prompt_len]` (int64) in `[0, vocab_size)`.
+
+    Drawn on the CPU generator, so every device gets the same ids for the same seed. Keep the
+    prompt on the host (the default) for `generate`, so `ttft_s` includes the H2D copy.
+    """
+    for name, value in (("batch", batch), ("prompt_len", prompt_len), ("vocab_size", vocab_size)):
+        if value <= 0:
+            raise EngineError(f"{name} must be a positive integer (got {value}); fix the matrix.")
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    ids = torch.randint(0, vocab_size, (batch, prompt_len), generator=generator, dtype=torch.long)
+    return ids.to(device)
+
+
+@dataclass(frozen=True)
+class ResourceSample:
+    """Resources at one phase boundary; memory numbers are what `memory_labels` says they are.
+
+    `cpu_percent` covers the phase that just ended (None for `before_prefill`, which ends none);
+    `peak_*` are the phase's peaks (CUDA: allocator peak since the phase began; MPS: running max
+    of boundary samples; CPU: None).
+    """
+
+    phase: str  # before_prefill | after_prefill | after_decode
+    step: int  # 0 for the prefill phases, 1..N-1 for decode steps
+    allocated_bytes: int | None
+    reserved_bytes: int | None
+    peak_allocated_bytes: int | None
+    peak_reserved_bytes: int | None
+    rss_bytes: int
+    kv_bytes: int
+    cpu_percent: float | None
+
+    @classmethod
+    def from_memory(
+        cls, phase: str, step: int, memory: MemorySample, kv_bytes: int, cpu_percent: float | None
+    ) -> ResourceSample:
+        """Combine one memory reading with the KV bytes and CPU percent of the same boundary."""
+        return cls(
+            phase=phase,
+            step=step,
+            allocated_bytes=memory.allocated_bytes,
+            reserved_bytes=memory.reserved_bytes,
+            peak_allocated_bytes=memory.peak_allocated_bytes,
+            peak_reserved_bytes=memory.peak_reserved_bytes,
+            rss_bytes=memory.rss_bytes,
+            kv_bytes=kv_bytes,
+            cpu_percent=cpu_percent,
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class PrefillResult:
+    """Output token 1 (`[B, 1]`, on the device), the prompt's cache, and the two prefill times."""
+
+    next_token: torch.Tensor
+    host_token: torch.Tensor  # the same ids as the client received them (on the host)
+    cache: Any
+    prefill_s: float  # model-side: synchronized forward + argmax
+    ttft_s: float  # client-observed: host ids -> H2D -> prefill -> argmax -> D2H of token 1
+
+
+@dataclass(frozen=True, eq=False)
+class DecodeResult:
+    """One whole generation of N tokens; every time in seconds, every size in bytes."""
+
+    generated_ids: torch.Tensor  # [B, N], on the host
+    step_s: tuple[float, ...]  # N - 1 model-side synchronized decode steps
+    gap_s: tuple[float, ...]  # N - 1 client-observed gaps between token ids on the host
+    ttft_s: float
+    e2e_s: float  # ttft_s + sum(gap_s): client-observed, instrumentation excluded
+    prefill_s: float
+    kv_bytes_after_prefill: int
+    kv_bytes_per_step: tuple[int, ...]  # after each of the N - 1 decode steps
+    samples: tuple[ResourceSample, ...]  # 1 before_prefill + 1 after_prefill + N - 1 after_decode
+    memory_labels: Mapping[str, str]
+    cache: Any  # the final cache: P + N - 1 positions
+
+    @property
+    def peak_allocated_bytes(self) -> int | None:
+        """The largest phase peak of allocated bytes (None where the device has no counter)."""
+        return _max_or_none(s.peak_allocated_bytes for s in self.samples)
+
+    @property
+    def peak_reserved_bytes(self) -> int | None:
+        """The largest phase peak of reserved / driver bytes (None where there is no counter)."""
+        return _max_or_none(s.peak_reserved_bytes for s in self.samples)
+
+    @property
+    def peak_rss_bytes(self) -> int:
+        """The largest RSS sampled at a phase boundary (a lower bound of the true peak)."""
+        return max(s.rss_bytes for s in self.samples)
+
+
+def _same_device(actual: torch.device, wanted: torch.device) -> bool:
+    # "cuda" names the current CUDA device: accept any index for it.
+    return actual.type == wanted.type and (wanted.index is None or actual.index == wanted.index)
+
+
+def _max_or_none(values: Any) -> int | None:
+    present = [v for v in values if v is not None]
+    return max(present) if present else None
+
+
+@dataclass(frozen=True, eq=False)
+class CacheSnapshot:
+    """A cache frozen at `seq_len` positions, restorable any number of times."""
+
+    cache: Any
+    seq_len: int
+    kv_bytes: int
+
+
+class Engine:
+    """Greedy prefill/decode for one model already on `device`, in eval mode."""
+
+    def __init__(self, model: Any, device: torch.device) -> None:
+        if model.training:
+            raise EngineError(
+                f"{type(model).__name__} is in training mode (dropout would make greedy decoding "
+                "random); call model.eval() before building the Engine."
+            )
+        parameter = next(model.parameters(), None)
+        if parameter is not None and not _same_device(parameter.device, device):
+            raise EngineError(
+                f"{type(model).__name__} is on {parameter.device} but the Engine was given "
+                f"{device}; move the model with model.to(device) first."
+            )
+        self.model = model
+        self.device = device
+        self._cache_kwarg = compat.cache_kwarg(model)
+        self._logits_kwarg = compat.logits_kwarg(model)
+        self.max_positions = compat.max_positions(model.config)
+
+    # --- the two phases ----------------------------------------------------------------------
+
+    def prefill(self, input_ids: torch.Tensor) -> PrefillResult:
+        """Run the prompt `[B, P]` once; return output token 1, the cache and both times."""
+        client_start_s = time.perf_counter()
+        ids = input_ids.to(self.device)  # H2D (a no-op when already on the device)
+        kwargs = self._prefill_kwargs()
+        start_cache = compat.initial_cache(self.model, int(ids.shape[0]))
+        if start_cache is not None:
+            kwargs[self._cache_kwarg] = start_cache
+        with timed(self.device) as watch, torch.inference_mode():
+            outputs = self.model(input_ids=ids, use_cache=True, **kwargs)
+            next_token = outputs.logits[:, -1, :].argmax(dim=-1, keepdim=True)  # [B, 1]
+        host_token = next_token.to("cpu")  # D2H: the first token id reaches the client
+        ttft_s = time.perf_counter() - client_start_s
+        cache = compat.adopt_cache(self.model, compat.output_cache(outputs))
+        return PrefillResult(
+            next_token=next_token,
+            host_token=host_token,
+            cache=cache,
+            prefill_s=watch.elapsed_s,
+            ttft_s=ttft_s,
+        )
+
+    def decode_step(self, token: torch.Tensor, cache: Any) -> tuple[torch.Tensor, Any]:
+        """Feed one token `[B, 1]` with the cache; return the next token `[B, 1]` and the cache."""
+        with torch.inference_mode():
+            outputs = self.model(input_ids=token, use_cache=True, **{self._cache_kwarg: cache})
+            next_token = outputs.logits[:, -1, :].argmax(dim=-1, keepdim=True)
+        return next_token, compat.output_cache(outputs)
+
+    def _prefill_kwargs(self) -> dict[str, Any]:
+        # Only the last position's logits are needed (as `generate` does); models without the
+        # kwarg compute all P positions and the caller slices.
+        return {} if self._logits_kwarg is None else {self._logits_kwarg: 1}
+
+    # --- the whole loop ----------------------------------------------------------------------
+
+    def check_request(self, prompt_len: int, new_tokens: int) -> None:
+        """Raise `EngineError` unless N >= 1 and the final P + N - 1 positions fit the model.
+
+        The last token is produced but never fed back, so the model sees P + N - 1 positions
+        (the same rule the suite uses to skip cells at collection).
+        """
+        if new_tokens <= 0:
+            raise EngineError(
+                f"new_tokens must be at least 1 (got {new_tokens}): prefill already produces "
+                "token 1; fix `new_tokens` in the matrix."
+            )
+        final_positions = prompt_len + new_tokens - 1
+        if self.max_positions is not None and final_positions > self.max_positions:
+            raise EngineError(
+                f"prompt_len + new_tokens - 1 = {prompt_len} + {new_tokens} - 1 = "
+                f"{final_positions} positions exceed the model's {self.max_positions} "
+                "(max_position_embeddings); lower prompt_len or new_tokens in the matrix, or "
+                "exclude this cell."
+            )
+
+    def generate(self, input_ids: torch.Tensor, new_tokens: int) -> DecodeResult:
+        """Generate `new_tokens` greedily: 1 prefill + (N - 1) decode steps, fully instrumented."""
+        if input_ids.dim() != 2:
+            raise EngineError(
+                f"input_ids must be [batch, prompt_len] (got shape {tuple(input_ids.shape)}); "
+                "build prompts with make_prompt."
+            )
+        self.check_request(int(input_ids.shape[-1]), new_tokens)
+        monitor = MemoryMonitor(self.device)
+        meter = CpuMeter()
+        samples = [ResourceSample.from_memory("before_prefill", 0, monitor.sample(), 0, None)]
+        monitor.reset_peak()
+        meter.reset()
+
+        prefill = self.prefill(input_ids)
+        cpu_percent = meter.lap()
+        token, cache = prefill.next_token, prefill.cache
+        host_tokens = [prefill.host_token]
+        kv_after_prefill = measure_kv(cache).logical_bytes
+        samples.append(
+            ResourceSample.from_memory(
+                "after_prefill", 0, monitor.sample(), kv_after_prefill, cpu_percent
+            )
+        )
+
+        step_s: list[float] = []
+        gap_s: list[float] = []
+        kv_per_step: list[int] = []
+        for step in range(1, new_tokens):
+            monitor.reset_peak()
+            meter.reset()
+            resume_s = time.perf_counter()  # the client clock restarts after instrumentation
+            with timed(self.device) as watch:
+                token, cache = self.decode_step(token, cache)
+            host_tokens.append(token.to("cpu"))  # D2H: token `step + 1` reaches the client
+            gap_s.append(time.perf_counter() - resume_s)
+            cpu_percent = meter.lap()
+            step_s.append(watch.elapsed_s)
+            kv_per_step.append(measure_kv(cache).logical_bytes)
+            samples.append(
+                ResourceSample.from_memory(
+                    "after_decode", step, monitor.sample(), kv_per_step[-1], cpu_percent
+                )
+            )
+
+        return DecodeResult(
+            generated_ids=torch.cat(host_tokens, dim=-1),
+            step_s=tuple(step_s),
+            gap_s=tuple(gap_s),
+            ttft_s=prefill.ttft_s,
+            e2e_s=prefill.ttft_s + sum(gap_s),
+            prefill_s=prefill.prefill_s,
+            kv_bytes_after_prefill=kv_after_prefill,
+            kv_bytes_per_step=tuple(kv_per_step),
+            samples=tuple(samples),
+            memory_labels=monitor.labels,
+            cache=cache,
+        )
+
+    # --- fixed-context decode rounds -----------------------------------------------------------
+
+    def snapshot(self, cache: Any) -> CacheSnapshot:
+        """Freeze `cache` (typically right after prefill) so it can be restored between rounds."""
+        return CacheSnapshot(
+            cache=compat.copy_cache(cache),
+            seq_len=compat.cache_seq_length(cache),
+            kv_bytes=measure_kv(cache).logical_bytes,
+        )
+
+    def restore(self, snapshot: CacheSnapshot) -> Any:
+        """A fresh cache with the snapshot's positions and KV bytes; the snapshot stays reusable."""
+        cache = compat.copy_cache(snapshot.cache)
+        restored = compat.cache_seq_length(cache)
+        if restored != snapshot.seq_len:  # a bug in copy_cache, not a user error
+            raise RuntimeError(
+                f"restored cache has {restored} positions, expected {snapshot.seq_len}"
+            )
+        return cache

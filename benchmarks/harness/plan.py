@@ -1,0 +1,59 @@
+"""Decide what this machine runs of a matrix, and in which order.
+
+* `skip_reason(cell)`: None when the cell can run here, else the reason it is skipped at
+  collection (DESIGN §2: never silently dropped): the device is absent, the dtype is not
+  supported there, or `P + N - 1` positions exceed what the model was built for.
+* `build_order(cells)`: a rank per cell id such that sorting by it keeps the matrix's order but
+  puts all cells of one (model, device, dtype) together, so each model is built once per run.
+
+It deliberately does not load the matrix (`matrix.py`), build models, or know pytest.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from pathlib import Path
+
+from benchmarks.harness.devices import (
+    device_unavailable_reason,
+    dtype_unsupported_reason,
+    parse_dtype,
+)
+from benchmarks.harness.matrix import Cell
+from benchmarks.harness.models import MODELS_DIR, load_model_spec
+
+
+def skip_reason(cell: Cell, models_dir: Path | None = None) -> str | None:
+    """Why this machine cannot run `cell` (a one-line pytest skip reason), or None."""
+    reason = device_unavailable_reason(cell.device)
+    if reason is None:
+        reason = dtype_unsupported_reason(cell.device, parse_dtype(cell.dtype))
+        if reason is not None:
+            reason = f"{cell.dtype} unsupported on {cell.device}: {reason}"
+    if reason is None:
+        limit = max_positions(cell.model, MODELS_DIR if models_dir is None else models_dir)
+        if limit is not None and cell.final_positions > limit:
+            reason = (
+                f"P + N - 1 = {cell.final_positions} positions exceed {cell.model}'s "
+                f"{limit} (max_position_embeddings)"
+            )
+    return reason
+
+
+@functools.cache
+def max_positions(model: str, models_dir: Path) -> int | None:
+    """The model's position limit (None: unbounded), read once per model file."""
+    return load_model_spec(model, models_dir).max_positions()
+
+
+def build_order(cells: Sequence[Cell]) -> dict[str, tuple[int, int]]:
+    """Rank each cell id by (first appearance of its build key, its own position).
+
+    Sorting the run by this rank is stable with respect to the matrix and groups every
+    (model, device, dtype) together, so a model is built once and released once.
+    """
+    first_seen: dict[tuple[str, str, str], int] = {}
+    for cell in cells:
+        first_seen.setdefault(cell.build_key, len(first_seen))
+    return {cell.id: (first_seen[cell.build_key], index) for index, cell in enumerate(cells)}

@@ -1,0 +1,178 @@
+"""Turn measurements into the schema-1 `extra_info` of a history record (the JSON edge).
+
+Pure functions: statistics over per-step times (percentiles, the least-squares decode slope,
+TPOT), the KV fields (analytic against measured), and a converter that makes every value plain
+JSON (pytest-benchmark writes `"UNSERIALIZABLE[...]"` for a torch dtype or a numpy scalar).
+The metric definitions are DESIGN §3's; each key carries its unit.
+
+It deliberately does not time anything, touch a device, or know pytest: the suite measures,
+this module only names and derives.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, is_dataclass
+from typing import Any
+
+EXTRA_INFO_SCHEMA = 1
+# Client-observed inter-token latency percentiles reported for every generate cell.
+ITL_PERCENTILES = (50, 90, 99)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100) with linear interpolation between order statistics.
+
+    This is numpy's default ("linear") method, so figures match `numpy.percentile` and the
+    serving benchmarks that use it (vLLM's benchmark_serving, genai-perf).
+    """
+    if not values:
+        raise ValueError("percentile of no values")
+    if not 0 <= q <= 100:
+        raise ValueError(f"percentile q={q} outside 0..100")
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def median(values: Sequence[float]) -> float:
+    """The median (the 50th percentile)."""
+    return percentile(values, 50)
+
+
+def least_squares_slope(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    """Ordinary least-squares slope of ys against xs; None with fewer than two distinct xs."""
+    if len(xs) != len(ys):
+        raise ValueError(f"{len(xs)} xs against {len(ys)} ys")
+    if len(xs) < 2:
+        return None
+    mean_x = sum(xs) / len(xs)
+    mean_y = sum(ys) / len(ys)
+    sxx = sum((x - mean_x) ** 2 for x in xs)
+    if sxx == 0:
+        return None
+    sxy = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True))
+    return sxy / sxx
+
+
+def decode_slope_s_per_ktok(step_s: Sequence[float], prompt_len: int) -> float | None:
+    """Growth of decode step time per 1,000 cached tokens over one generation.
+
+    Decode step i (1-based) runs with `prompt_len + i` positions in the cache once its own K/V
+    is written, so the fit is step time against that position count, times 1,000. None when
+    there are fewer than two steps (N < 3).
+    """
+    positions = [prompt_len + i for i in range(1, len(step_s) + 1)]
+    slope = least_squares_slope(positions, step_s)
+    return None if slope is None else slope * 1000
+
+
+def tpot_s(e2e_s: float, ttft_s: float, new_tokens: int) -> float | None:
+    """Time per output token after the first: `(e2e - ttft) / (N - 1)`; None when N == 1."""
+    if new_tokens < 2:
+        return None
+    return (e2e_s - ttft_s) / (new_tokens - 1)
+
+
+@dataclass(frozen=True)
+class GenerationFigures:
+    """What one whole generation reports: client-observed latencies and per-step series."""
+
+    e2e_s: float
+    ttft_s: float
+    prefill_s: float
+    step_s: tuple[float, ...]
+    gap_s: tuple[float, ...]
+    kv_bytes_after_prefill: int
+    kv_bytes_per_step: tuple[int, ...]
+
+
+def generation_metrics(figures: GenerationFigures, *, prompt_len: int) -> dict[str, Any]:
+    """The generate measurement's metrics (DESIGN §3) from one generation's figures."""
+    new_tokens = len(figures.step_s) + 1
+    metrics: dict[str, Any] = {
+        "e2e_s": figures.e2e_s,
+        "ttft_s": figures.ttft_s,
+        "generate_prefill_s": figures.prefill_s,
+        "tpot_s": tpot_s(figures.e2e_s, figures.ttft_s, new_tokens),
+        "decode_slope_s_per_ktok": decode_slope_s_per_ktok(figures.step_s, prompt_len),
+        "step_s": list(figures.step_s),
+        "gap_s": list(figures.gap_s),
+        "kv_bytes_after_prefill": figures.kv_bytes_after_prefill,
+        "kv_bytes_per_step": list(figures.kv_bytes_per_step),
+    }
+    for q in ITL_PERCENTILES:
+        metrics[f"itl_p{q}_s"] = percentile(figures.gap_s, q) if figures.gap_s else None
+    metrics["step_p50_s"] = median(figures.step_s) if figures.step_s else None
+    return metrics
+
+
+@dataclass(frozen=True)
+class KVCheck:
+    """Analytic against measured KV bytes after prefill and after every decode step.
+
+    `analytic_bytes[0]` / `measured_bytes[0]` are after prefill (P positions); entry i is after
+    decode step i (P + i positions). They must be equal entry by entry (DESIGN §4).
+    """
+
+    bytes_per_token: int
+    analytic_bytes: tuple[int, ...]
+    measured_bytes: tuple[int, ...]
+    storage_final_bytes: int | None
+
+    def mismatches(self) -> list[str]:
+        """One line per position count where analytic and measured bytes differ."""
+        lines = []
+        if len(self.analytic_bytes) != len(self.measured_bytes):
+            lines.append(
+                f"{len(self.measured_bytes)} measured points against "
+                f"{len(self.analytic_bytes)} analytic ones"
+            )
+        for step, (want, got) in enumerate(
+            zip(self.analytic_bytes, self.measured_bytes, strict=False)
+        ):
+            if want != got:
+                where = "after prefill" if step == 0 else f"after decode step {step}"
+                lines.append(f"{where}: analytic {want} bytes, measured {got} bytes")
+        return lines
+
+    def fields(self) -> dict[str, Any]:
+        """The `kv_*` fields every measurement's extra_info carries."""
+        return {
+            "kv_bytes_per_token": self.bytes_per_token,
+            "kv_analytic_after_prefill_bytes": self.analytic_bytes[0],
+            "kv_measured_after_prefill_bytes": self.measured_bytes[0],
+            "kv_analytic_final_bytes": self.analytic_bytes[-1],
+            "kv_measured_final_bytes": self.measured_bytes[-1],
+            "kv_storage_final_bytes": self.storage_final_bytes,
+        }
+
+
+def jsonable(value: Any) -> Any:
+    """`value` as plain JSON: dataclasses and mappings to dicts, sequences to lists, numpy and
+    torch scalars to float/int, non-finite floats to None, anything else (a dtype) to `str`."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if is_dataclass(value) and not isinstance(value, type):
+        value = asdict(value)
+    if isinstance(value, Mapping):
+        return {str(key): jsonable(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(item) for item in value]
+    return _scalar_or_str(value)
+
+
+def _scalar_or_str(value: Any) -> Any:
+    # numpy and torch scalars (and one-element tensors) have `.item()`; anything else is named.
+    item = getattr(value, "item", None)
+    if callable(item):
+        try:
+            return jsonable(item())
+        except (TypeError, ValueError, RuntimeError):
+            pass
+    return str(value)

@@ -1,0 +1,39 @@
+"""KV cache: analytic bytes == measured bytes after prefill and after every decode step.
+
+Not timed and not a history record (nothing in it is a performance figure; the `kv_*_bytes`
+fields of the other measurements carry the exact byte counts into history). One untimed
+generation of N tokens gives the measured logical bytes of every K/V tensor of the cache after
+prefill (P positions) and after each decode step (P + i positions); `kv.analytic_kv` gives what
+the architecture's config says they must be. Every cell asserts equality at every point
+(DESIGN §4).
+"""
+
+from __future__ import annotations
+
+from benchmarks.harness.kv import analytic_kv, kv_bytes_per_token, measure_kv
+from benchmarks.harness.records import KVCheck
+from benchmarks.suite import CellRun
+
+
+def test_kv_cache(run: CellRun) -> None:
+    """Analytic and measured KV bytes agree after prefill and after every decode step."""
+    cell, loaded = run.cell, run.loaded
+    result = loaded.engine.generate(run.prompt, cell.new_tokens)
+    analytic = tuple(
+        analytic_kv(
+            loaded.config, dtype=loaded.dtype, batch=cell.batch, seq_len=cell.prompt_len + step
+        ).total_bytes
+        for step in range(cell.new_tokens)
+    )
+    check = KVCheck(
+        bytes_per_token=kv_bytes_per_token(loaded.config, dtype=loaded.dtype, batch=cell.batch),
+        analytic_bytes=analytic,
+        measured_bytes=(result.kv_bytes_after_prefill, *result.kv_bytes_per_step),
+        storage_final_bytes=measure_kv(result.cache).storage_bytes,
+    )
+    mismatches = check.mismatches()
+    run.progress(
+        f"{cell.id}: KV {check.measured_bytes[-1]} bytes after {cell.new_tokens} tokens, "
+        f"{len(analytic) - len(mismatches)}/{len(analytic)} points match"
+    )
+    assert not mismatches, f"{cell.id}: KV bytes differ: " + "; ".join(mismatches)

@@ -1,0 +1,67 @@
+"""Overhead: what the owned engine costs over a bare forward loop and over HF `generate`.
+
+The benchmark statistic is the **bare** decode step at context P (`model(...)` + argmax, nothing
+else), timed round after round like `test_decode` times the engine's step (the cache is restored
+to P in each round's untimed `setup`): the floor the engine is compared to.
+
+After the rounds, `harness.overhead.measure_overhead` runs the interleaved comparison (engine
+step, bare step, the whole owned `Engine.generate`, HF `model.generate` with exactly N tokens;
+ABCD DCBA ... over the cell's rounds, medians) and records in `extra_info`:
+`engine_step_s`, `bare_step_s`, `engine_generate_token_s`, `hf_generate_token_s`,
+`overhead_vs_bare`, `overhead_vs_hf_generate` (None when N = 1), `overhead_prefill_s`,
+`overhead_rounds`, `overhead_new_tokens`. See docs/measurement.md for the method.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from benchmarks.harness.overhead import BareLoop, measure_overhead
+from benchmarks.harness.records import median
+from benchmarks.suite import CellRun, round_times, start_record
+
+MEASUREMENT = "overhead"
+# The harness's overhead is a property of the model and device, not of P, N or B: once per
+# (model, device, dtype) keeps its HF-generate comparison from dominating a long matrix.
+ONE_CELL_PER_BUILD = True
+
+
+def test_overhead(run: CellRun, benchmark: Any) -> None:
+    """Time the bare decode step at context P; record the engine's overhead ratios."""
+    info = start_record(benchmark, run, MEASUREMENT)
+    cell, loaded, progress = run.cell, run.loaded, run.progress
+    engine = loaded.engine
+    bare = BareLoop(loaded.model, loaded.device)
+    prefill = engine.prefill(run.prompt)
+    snapshot = engine.snapshot(prefill.cache)
+    token = prefill.next_token
+    del prefill
+
+    def restore() -> tuple[tuple[torch.Tensor, Any], dict[str, Any]]:
+        return (token, engine.restore(snapshot)), {}
+
+    progress(f"{cell.id}: bare decode step at context {cell.prompt_len}, {cell.rounds} round(s)")
+    benchmark.pedantic(bare.decode_step, setup=restore, rounds=cell.rounds, warmup_rounds=0)
+    rounds_s = round_times(benchmark)
+
+    progress(f"{cell.id}: engine vs bare vs HF generate, {cell.rounds} interleaved round(s) ...")
+    # The cell is already warm (the `run` fixture ran its warmup generations): no extra warmup.
+    result = measure_overhead(
+        loaded.model,
+        loaded.device,
+        run.prompt,
+        cell.new_tokens,
+        rounds=cell.rounds,
+        warmup_rounds=0,
+    )
+    info.update(
+        {
+            "context_len": cell.prompt_len,
+            "bare_decode_step_s": median(rounds_s) if rounds_s else None,
+            **result.to_extra_info(),
+        }
+    )
+    ratios = (result.overhead_vs_bare, result.overhead_vs_hf_generate)
+    progress(f"{cell.id}: overhead vs bare {ratios[0]}, vs HF generate {ratios[1]}")

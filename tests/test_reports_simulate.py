@@ -1,0 +1,45 @@
+"""reports.simulate: the gate's false-alarm rate and detection power on synthetic suites."""
+
+from __future__ import annotations
+
+import random
+
+from reports.analysis import MetricSeries
+from reports.cli import main
+from reports.simulate import SimulationConfig, compare_fail, run_scenario, simulate_suite
+
+
+def test_unchanged_suites_rarely_fail_and_15_percent_slowdowns_are_caught():
+    """Small version of `python -m reports simulate` (the full table is in docs/reports.md).
+
+    60 A/A suites of 40 benchmarks: at most a few with any false fail (the full run measures
+    ~0.5 %), while pytest-benchmark's mean:5% against the previous run fails almost all of them.
+    """
+    sim = SimulationConfig(benchmarks=40, suites=60, slowed=4, seed=3)
+    aa = run_scenario(sim, 0.0)
+    assert aa.any_false_fail["phasebench"] <= 0.05
+    assert aa.any_false_fail["compare-fail mean:5%"] >= 0.9
+    slow = run_scenario(sim, 0.15)
+    assert slow.detection["phasebench"] >= 0.75
+    assert slow.any_false_fail["phasebench"] <= 0.15
+
+
+def test_simulated_suites_have_the_requested_shape():
+    sim = SimulationConfig(benchmarks=7, baseline_runs=4, rounds=3, slowed=2)
+    series, slowed = simulate_suite(random.Random(0), sim, 0.1)
+    assert len(series) == 7
+    assert sum(slowed) == 2
+    assert all(len(s.baseline) == 4 and len(s.baseline[0]) == 3 for s in series)
+
+
+def test_compare_fail_uses_the_previous_run_mean_only():
+    s = MetricSeries("m", "b", "t", "timing", ((10.0,), (1.0, 1.0)), (1.0, 1.12))
+    assert compare_fail(s, 5.0)  # mean 1.06 vs previous 1.0 (the older 10.0 is ignored)
+    assert not compare_fail(s, 10.0)
+
+
+def test_simulate_command_prints_the_table(capsys):
+    assert main(["simulate", "--suites", "2", "--benchmarks", "10", "--slowed", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "| A/A (no change) | phasebench |" in out
+    assert "| 15% slowdown | compare-fail mean:10% |" in out
