@@ -46,7 +46,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         choices=("measured", "refresh", "table", "none"),
         default="measured",
         help="device peaks for roofline percentages: measured once per machine, device and "
-        "dtype and cached in .benchmarks/peaks.json (default); refresh: measure again and keep "
+        "dtype and cached in .phasebench/peaks.json (default); refresh: measure again and keep "
         "the higher figures; a datasheet table; or none",
     )
     group.addoption(

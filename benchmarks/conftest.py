@@ -480,7 +480,7 @@ def peaks(pytestconfig: pytest.Config, cell: Cell, loaded: Loaded, progress: Pro
     """The device's peak FLOP/s and bandwidth for roofline percentages (`--peaks`).
 
     Resolved once per device and dtype per run; "measured" peaks are cached per machine in
-    `.benchmarks/peaks.json`, so only the first run on a machine pays for measuring them.
+    `.phasebench/peaks.json`, so only the first run on a machine pays for measuring them.
     """
     known = pytestconfig.stash[PEAKS]
     key = (cell.device, cell.dtype)

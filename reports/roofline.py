@@ -50,16 +50,11 @@ class Roof:
 
     def attainable_flop_per_s(self, intensity_flop_per_byte: float) -> float | None:
         """The roof's height at an intensity: the lower of the known limits."""
-        limits = [
-            limit
-            for limit in (
-                self.peak_flop_per_s,
-                None
-                if self.peak_bandwidth_bytes_per_s is None
-                else self.peak_bandwidth_bytes_per_s * intensity_flop_per_byte,
-            )
-            if limit is not None
-        ]
+        limits: list[float] = []
+        if self.peak_flop_per_s is not None:
+            limits.append(self.peak_flop_per_s)
+        if self.peak_bandwidth_bytes_per_s is not None:
+            limits.append(self.peak_bandwidth_bytes_per_s * intensity_flop_per_byte)
         return min(limits) if limits else None
 
     @classmethod

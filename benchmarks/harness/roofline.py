@@ -341,7 +341,7 @@ def achieved_fraction(achieved: float, peak: float | None, *, what: str) -> floa
         raise RooflineError(
             f"{what} is {pct:.1f}% of the peak ({achieved:.4g} vs {peak:.4g}): a measurement "
             "bug (FLOP/byte count, an unsynchronized timer, or a peak measured while the machine "
-            "was busy: remeasure with refresh, or delete .benchmarks/peaks.json)."
+            "was busy: remeasure with refresh, or delete .phasebench/peaks.json)."
         )
     return pct
 

@@ -203,12 +203,27 @@
       ctx.save();
       ctx.font = (11 * dpr) + "px system-ui, sans-serif";
       ctx.textBaseline = "bottom";
+      /* each number goes to the first corner of its point where it overlaps no earlier number */
+      var taken = [], h = 11 * dpr, corners = [[1, -1], [1, 1], [-1, -1], [-1, 1]];
+      function free(box) {
+        return taken.every(function (t) {
+          return box[0] >= t[2] || box[2] <= t[0] || box[1] >= t[3] || box[3] <= t[1];
+        });
+      }
       rows.forEach(function (row, idx) {
         PHASES.forEach(function (phase) {
           var p = row[phase];
           if (!p) { return; }
+          var text = String(p.n), w = ctx.measureText(text).width, box = null;
+          var cx = u.valToPos(xs[idx], "x", true), cy = u.valToPos(p.y, "y", true);
+          for (var c = 0; c < corners.length && box === null; c++) {
+            var x0 = corners[c][0] > 0 ? cx + 5 * dpr : cx - 5 * dpr - w;
+            var y0 = corners[c][1] < 0 ? cy - 2 * dpr - h : cy + 2 * dpr;
+            if (free([x0, y0, x0 + w, y0 + h]) || c === corners.length - 1) { box = [x0, y0, x0 + w, y0 + h]; }
+          }
+          taken.push(box);
           ctx.fillStyle = PHASE_COLORS[phase];
-          ctx.fillText(String(p.n), u.valToPos(xs[idx], "x", true) + 6 * dpr, u.valToPos(p.y, "y", true) - 3 * dpr);
+          ctx.fillText(text, box[0], box[3]);
           labelled++;
         });
       });
