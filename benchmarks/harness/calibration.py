@@ -569,10 +569,6 @@ def pytest_command(plan: Plan, spec: RunSpec) -> list[str]:
         f"--benchmark-storage=file://{plan.history}",
         "-p",
         "no:cacheprovider",
-        # pytest-benchmark turns itself off whenever xdist is active, and a calibration started
-        # from an xdist worker (the test suite) would inherit that: never load xdist here.
-        "-p",
-        "no:xdist",
         "-q",
         *plan.pytest_args,
     ]
@@ -617,6 +613,8 @@ def run_suite(plan: Plan, spec: RunSpec, index: int, total: int) -> tuple[Path, 
     logs = plan.out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     log = logs / f"{spec.label}.log"
+    # pytest-benchmark disables itself when PYTEST_XDIST_WORKER is set, which a calibration
+    # started from an xdist worker (the test suite) would hand down to its pytest runs.
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
     env[ENV_VAR] = repr(spec.slowdown)
     load_1m = os.getloadavg()[0]
