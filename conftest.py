@@ -7,6 +7,7 @@ It deliberately imports nothing heavy at module level: `pytest tests` loads this
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="write a torch.profiler trace per generate cell into DIR; timings are then "
         "not saved to history (the profiler distorts them)",
     )
-    # Noise control (docs/measurement.md). Values are parsed and checked in benchmarks/conftest.py
+    # Noise control (docs/measurement.md). Values are parsed and checked in benchmarks/configure.py
     # so that a bad one is a one-line usage error naming the option, not argparse's usage dump.
     group.addoption(
         "--threads",
@@ -91,6 +92,55 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=str(STABLE_MAX),
         help=f"with --warmup-until-stable: the most warmup generations (default {STABLE_MAX})",
     )
+    # H4 (issue 12): the skip itself is in benchmarks/collect.py `_skip_reason`.
+    group.addoption(
+        "--allow-slow-dtypes",
+        action="store_true",
+        default=False,
+        help="run CPU cells whose dtype this CPU only emulates (F.linear under half the float32 "
+        "rate, e.g. bfloat16 on AVX2-only x86); by default they are skipped with the ratio",
+    )
+
+
+PLANNED = pytest.StashKey[list[str]]()
+
+
+def planned_benchmarks(items: list[pytest.Item]) -> list[str]:
+    """Sorted node ids of the benchmarks this run will run: collected, selected, not skip-marked.
+
+    Recorded as `machine_info.phasebench.planned` so that the gate can tell a cell the matrix
+    dropped (not planned: not judged) from one that failed to run (planned, absent: missing).
+    A `skipif` whose conditions are all booleans counts when any is true; string conditions
+    are evaluated by pytest only at run time, so such a cell stays planned.
+    """
+    planned = []
+    for item in items:
+        if "benchmark" not in getattr(item, "fixturenames", ()):
+            continue
+        if item.get_closest_marker("skip") is not None:
+            continue
+        skipif = [m for m in item.iter_markers("skipif") if m.args]
+        if any(all(isinstance(a, bool) for a in m.args) and any(m.args) for m in skipif):
+            continue
+        planned.append(item.nodeid)
+    return sorted(planned)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Remember the planned benchmarks (after -k, -m, --shard and every other deselection)."""
+    session.config.stash[PLANNED] = planned_benchmarks(session.items)
+
+
+def pytest_benchmark_update_commit_info(config: pytest.Config, commit_info: dict[str, Any]) -> None:
+    """Record the branch CI names in `PHASEBENCH_BRANCH` (H2, issue 10).
+
+    CI checks out a commit, a detached HEAD, which pytest-benchmark records as "(detached
+    head)", so a baseline of "earlier runs on main" would never match a stored run.
+    """
+    del config  # part of the hook's signature
+    branch = os.environ.get("PHASEBENCH_BRANCH", "").strip()
+    if branch:
+        commit_info["branch"] = branch
 
 
 def pytest_benchmark_update_machine_info(
@@ -98,17 +148,40 @@ def pytest_benchmark_update_machine_info(
 ) -> None:
     """Add the machine fingerprint: history is grouped by it, not by the storage folder name."""
     from benchmarks.harness.devices import resolve_device  # noqa: PLC0415
-    from benchmarks.harness.fingerprint import fingerprint_id, machine_fingerprint  # noqa: PLC0415
+    from benchmarks.harness.dtypespeed import slow_dtypes  # noqa: PLC0415
+    from benchmarks.harness.fingerprint import (  # noqa: PLC0415
+        device_fingerprints,
+        fingerprint_id,
+        hardware_id,
+        machine_fingerprint,
+        stack,
+    )
     from benchmarks.harness.noise import cpu_thread_state  # noqa: PLC0415
-    from benchmarks.suite import ACCELERATOR  # noqa: PLC0415
+    from benchmarks.suite import ACCELERATOR, MATRIX  # noqa: PLC0415
 
     accelerator = config.stash.get(ACCELERATOR, None)
-    fingerprint = machine_fingerprint(None if accelerator is None else resolve_device(accelerator))
-    machine_info["phasebench"] = {
-        "schema": 1,
-        "fingerprint": fingerprint,
-        "fingerprint_id": fingerprint_id(fingerprint),
-        # Descriptive only (threads as pinned by --threads, OMP/MKL env, affinity mask): the id
-        # already hashes torch_num_threads, the one thread figure that decides comparability.
-        "threads": cpu_thread_state(),
-    }
+    # H4: a run without an accelerator cell is fingerprinted as the CPU, even on a GPU box.
+    fingerprint = machine_fingerprint(resolve_device(accelerator or "cpu"))
+    matrix = config.stash.get(MATRIX, None)
+    # update, not replace: other hooks (the partial-run flag) add their own keys
+    machine_info.setdefault("phasebench", {}).update(
+        {
+            "schema": 1,
+            "fingerprint": fingerprint,
+            # kept for readers older than hardware_id (they group by it)
+            "fingerprint_id": fingerprint_id(fingerprint),
+            "hardware_id": hardware_id(fingerprint),
+            "stack": stack(fingerprint),
+            "planned": config.stash.get(PLANNED, []),
+            # "I/N" with --shard: `planned` is then one shard's cells, and the reports know a
+            # run is whole only when every shard 1..N is there
+            "shard": config.getoption("shard", None),
+            # Descriptive only (threads as pinned by --threads, OMP/MKL env, affinity mask): the
+            # id already hashes torch_num_threads, the one thread figure that decides comparability.
+            "threads": cpu_thread_state(),
+            # H4: each device the run's cells use, fingerprinted on its own (cuda and cuda:1).
+            "devices": device_fingerprints(c.device for c in matrix.cells) if matrix else {},
+            # H4: 16-bit dtypes this CPU only emulates, with their F.linear rate vs float32.
+            "slow_dtypes": slow_dtypes(),
+        }
+    )

@@ -190,7 +190,11 @@ def smoke(session: nox.Session) -> None:
     shutil.rmtree(history, ignore_errors=True)  # one run only: the report shows it as "new"
     # Table peaks: measuring the machine's peaks is not what a smoke run checks.
     out = f"{REPORT_DIR}/smoke"
-    _run_matrix(session, "matrix/smoke.yaml", str(history), out, "--peaks=table")
+    # --allow-slow-dtypes: the tiny models' bfloat16 cells cost seconds even where bfloat16 is
+    # emulated (AVX2-only CPUs), and the smoke run must cover that path on every machine.
+    _run_matrix(
+        session, "matrix/smoke.yaml", str(history), out, "--peaks=table", "--allow-slow-dtypes"
+    )
     # One run has no baseline: every verdict is `new` and the gate must exit 0, not 2.
     session.run(
         "python", "-m", "reports", "gate", "--history", str(history), "--json", f"{out}/gate.json"
@@ -210,6 +214,30 @@ def calibrate(session: nox.Session) -> None:
     session.run("python", "-m", "benchmarks.harness.calibration", *session.posargs)
 
 
+@nox.session(venv_params=SYSTEM_SITE)
+def ab(session: nox.Session) -> None:
+    """A/B: two stacks on this machine, rounds interleaved, paired verdicts (docs/ab.md).
+
+    `nox -s ab -- --base REF [--head REF] [--matrix FILE] [--out DIR] [--pairs N]
+    [--base-env K=V]... [--head-env K=V]... [pytest/matrix options]`; writes DIR/ab.json,
+    index.html, summary.md and both sides' pytest-benchmark JSON. Exit 0 pass, 1 regression,
+    2 bad input.
+    """
+    _install(session, "bench", "report")
+    _run_verdict(session, "python", "-m", "benchmarks.harness.ab", *session.posargs)
+
+
+def _run_verdict(session: nox.Session, *args: str) -> None:
+    """Run a judging command and leave nox with its exit code: 1 regression, 2 cannot judge."""
+    try:
+        session.run(*args)
+    except CommandFailed as error:
+        # nox reports every failure as exit 1, which would make "cannot judge" (a pip or
+        # network failure, bad input) read as a regression that a label could accept.
+        code = _exit_code(error)
+        raise SystemExit(code if code in (1, 2) else 2) from None
+
+
 @nox.session
 def report(session: nox.Session) -> None:
     """Render index.html and summary.md from history (args after -- go to the CLI)."""
@@ -223,7 +251,7 @@ def gate(session: nox.Session) -> None:
     """Exit 1 when a benchmark regressed beyond noise (args after -- go to the CLI)."""
     session.install(*_groups("report"))
     args = session.posargs or ["--history", HISTORY_DIR]
-    session.run("python", "-m", "reports", "gate", *args)
+    _run_verdict(session, "python", "-m", "reports", "gate", *args)
 
 
 if __name__ == "__main__":  # pragma: no cover - `python noxfile.py` is a common slip

@@ -4,20 +4,25 @@
 measure; this module holds what both need and is neither: the stash keys (also read by the root
 conftest's machine-info hook), the `Progress` writer that keeps a long run visibly alive, and
 `start_record`, which stamps every benchmark with the flat `params` and the schema-1 fields
-(noise control included: the warmup's outcome and the thermal state around the rounds).
+(noise control included: the warmup's outcome and the thermal state around the rounds), and
+`Rounds`, which runs timed rounds that keep nothing of one round alive into the next and read
+each round's own memory peak, and `PartialHistory`, which keeps a killed run's finished cells.
 
 It deliberately imports no torch at module level (the root conftest imports it from a hook).
 """
 
 from __future__ import annotations
 
+import copy
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
+from pytest_benchmark.utils import safe_dumps
 
 from benchmarks.harness.matrix import Matrix
 from benchmarks.harness.peaks import Peaks
@@ -29,7 +34,7 @@ if TYPE_CHECKING:
     from benchmarks.harness.matrix import Cell
     from benchmarks.harness.modelcache import Loaded
 
-# The loaded matrix (benchmarks/conftest.py pytest_configure).
+# The loaded matrix (pytest_configure in benchmarks/configure.py).
 MATRIX = pytest.StashKey[Matrix]()
 # The first accelerator the matrix uses ("cuda", "mps", ...), None when it is CPU only: the
 # machine fingerprint names it.
@@ -54,6 +59,8 @@ class Warmup:
     policy: str
     final_cv: float | None
     thermal_before: dict[str, Any]
+    # torch.compile's first calls (`runmode_compile.first_calls`, DESIGN §9): compile_s, ...
+    run_mode: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, eq=False)
@@ -133,23 +140,25 @@ def start_record(benchmark: Any, run: CellRun, measurement: str) -> dict[str, An
     info["warmup_final_cv"] = run.warmup.final_cv
     info["warmup_policy"] = run.warmup.policy
     info["thermal_before"] = dict(run.warmup.thermal_before)
+    info.update(run.warmup.run_mode)  # compile cost of a compiled cell (DESIGN §9)
     run.records.append(info)
     return info
 
 
-def memory_fields(sample: Any, weights_bytes: int) -> dict[str, Any]:
-    """Weights and the phase's peak memory from a `devices.MemorySample`, with their labels.
+def memory_fields(samples: list[Any], weights_bytes: int) -> dict[str, Any]:
+    """Weights and the phase's peak memory over the rounds' `devices.MemorySample`s, labelled.
 
-    CPU has no allocator counters (the peaks are None, as labelled); `peak_rss_bytes` is the
-    process RSS read when the phase ended, a lower bound of its true peak.
+    Each sample is one round's own peak (`Rounds`); the fields are the largest over rounds. CPU
+    has no allocator counters (the peaks are None, as labelled); `peak_rss_bytes` is the process
+    RSS read when each round ended, a lower bound of its true peak.
     """
-    labels = dict(sample.labels)
-    labels["peak_rss"] = "process RSS sampled at the end of the phase (a lower bound of the peak)"
+    labels = dict(samples[0].labels) if samples else {}
+    labels["peak_rss"] = "process RSS sampled at the end of each round (a lower bound of the peak)"
     return {
         "weights_bytes": weights_bytes,
-        "peak_allocated_bytes": sample.peak_allocated_bytes,
-        "peak_reserved_bytes": sample.peak_reserved_bytes,
-        "peak_rss_bytes": sample.rss_bytes,
+        "peak_allocated_bytes": max_or_none(s.peak_allocated_bytes for s in samples),
+        "peak_reserved_bytes": max_or_none(s.peak_reserved_bytes for s in samples),
+        "peak_rss_bytes": max_or_none(s.rss_bytes for s in samples),
         "memory_labels": labels,
     }
 
@@ -178,3 +187,155 @@ def roofline_confirmed(
         if not peaks.source.startswith("measured"):
             raise
         return compute(remeasure())
+
+
+class PeakMonitor(Protocol):
+    """What `Rounds` needs of `devices.MemoryMonitor`: start a phase, read its peak."""
+
+    def reset_peak(self) -> None: ...
+
+    def sample(self) -> Any: ...
+
+
+class Rounds:
+    """`benchmark.pedantic` rounds that keep nothing of one round alive into the next.
+
+    pytest-benchmark keeps the previous round's return value (and its arguments) alive while the
+    next round runs (FACTS §7), so a timed function that returned a cache would hold a spare one
+    through every later round's memory peak. Here the timed function takes no arguments and
+    returns None: each round's untimed `setup` first drops the previous round's input and output,
+    then builds this round's input with `prepare()`, then resets the memory peak; the timed call
+    `run(input)` keeps its output in `last`. The peak is read when the next round's setup starts
+    (and once after the last round), before anything is dropped or built, so `peaks[i]` is round
+    i's own: weights + its input + what the timed call allocated.
+    """
+
+    def __init__(
+        self,
+        run: Callable[[Any], Any],
+        prepare: Callable[[], Any] | None = None,
+        monitor: PeakMonitor | None = None,
+    ) -> None:
+        self._run = run
+        self._prepare = prepare
+        self._monitor = monitor
+        self._input: Any = None
+        self._pending = False  # a round ran and its peak is not read yet
+        self.last: Any = None  # the latest round's output, for checks after the rounds
+        self.outputs: list[Any] = []  # what `keep` kept of every round (see `pedantic`)
+        self.peaks: list[Any] = []  # one monitor sample per round
+        self._keep: Callable[[Any], Any] | None = None
+
+    def setup(self) -> None:
+        """Untimed, before every round: read the last peak, drop, prepare, reset the peak."""
+        self._read_peak()
+        self._input = self.last = None
+        self._input = self._prepare() if self._prepare is not None else None
+        if self._monitor is not None:
+            self._monitor.reset_peak()
+
+    def target(self) -> None:
+        """The timed call: `run(input)`; the output is kept here, never returned."""
+        self.last = self._run(self._input)
+        self._pending = True
+        if self._keep is not None:
+            self.outputs.append(self._keep(self.last))
+
+    def _read_peak(self) -> None:
+        if self._pending and self._monitor is not None:
+            self.peaks.append(self._monitor.sample())
+        self._pending = False
+
+    def pedantic(
+        self, benchmark: Any, rounds: int, keep: Callable[[Any], Any] | None = None
+    ) -> None:
+        """Run `rounds` timed rounds (no warmup: the cell is warm); `keep(output)` per round."""
+        self._keep = keep
+        # A compiled cell fails if torch.compile (re)compiles in the timed rounds (DESIGN §9).
+        from benchmarks.harness.runmode_compile import TimedWindow  # noqa: PLC0415 - torch
+
+        info = benchmark.extra_info
+        with TimedWindow(info.get("cell_id", "?"), info.get("compile_mode")) as window:
+            benchmark.pedantic(self.target, setup=self.setup, rounds=rounds, warmup_rounds=0)
+        info.update(window.extra_info())
+        window.check()
+        self._read_peak()
+        self._input = None
+
+
+def max_or_none(values: Any) -> int | None:
+    """The largest of the values that are not None; None when there are none."""
+    present = [v for v in values if v is not None]
+    return max(present) if present else None
+
+
+class PartialHistory:
+    """The run so far as a history file marked partial, rewritten after every finished test.
+
+    pytest-benchmark writes history only when the session ends, so a run killed by a CI time
+    limit (SIGTERM, SIGKILL), a Ctrl-C or a crash would lose every cell it finished. After each
+    test, this writes what pytest-benchmark would save at that moment (same hooks, same
+    machine and commit info) with `machine_info.phasebench.partial = true` (the COMMON
+    contract: a partial file holds only the cells that finished; it is never a complete run),
+    atomically: a temporary file, then a rename. It takes the number pytest-benchmark would
+    give the next file; at a normal end pytest-benchmark saves the complete run under the
+    following number and `discard` removes the partial one. Nothing is written when the run
+    saves no history (no autosave/save, `--benchmark-disable`, xdist).
+    """
+
+    def __init__(self, config: pytest.Config) -> None:
+        self._config = config
+        self._path: Path | None = None
+        self._written = 0
+        self._infos: tuple[dict[str, Any], dict[str, Any]] | None = None
+
+    def _session(self) -> Any:
+        session = getattr(self._config, "_benchmarksession", None)
+        if session is None or session.disabled or session.storage is None:
+            return None
+        return session if (session.save or session.autosave) else None
+
+    def write(self) -> Path | None:
+        """Write the finished benchmarks so far (when there are new ones); the path, or None."""
+        session = self._session()
+        if session is None:
+            return None
+        done = [b for b in session.benchmarks if not b.has_error]
+        if len(done) == self._written:
+            return self._path
+        hook = self._config.hook
+        if self._infos is None:
+            machine_info = session.get_machine_info()
+            commit_info = hook.pytest_benchmark_generate_commit_info(config=self._config)
+            hook.pytest_benchmark_update_commit_info(config=self._config, commit_info=commit_info)
+            self._infos = (machine_info, commit_info)
+        if self._path is None:
+            name = session.save or session.autosave
+            self._path = Path(session.storage.get(f"{session.storage._next_num}_{name}.json"))
+        output = hook.pytest_benchmark_generate_json(
+            config=self._config,
+            benchmarks=done,
+            include_data=session.save_data,
+            machine_info=copy.deepcopy(self._infos[0]),
+            commit_info=copy.deepcopy(self._infos[1]),
+        )
+        hook.pytest_benchmark_update_json(config=self._config, benchmarks=done, output_json=output)
+        mark_partial(output)
+        temporary = self._path.with_name(f".{self._path.name}.tmp")
+        try:
+            temporary.write_text(safe_dumps(output, ensure_ascii=True, indent=4), "utf-8")
+            temporary.replace(self._path)  # atomic on POSIX and Windows
+        finally:  # a Ctrl-C mid-write leaves the previous partial file, never a torn one
+            temporary.unlink(missing_ok=True)
+        self._written = len(done)
+        return self._path
+
+    def discard(self) -> None:
+        """Remove the partial file (the complete run has been saved under its own number)."""
+        if self._path is not None and self._path.exists():
+            self._path.unlink()
+
+
+def mark_partial(output_json: dict[str, Any]) -> None:
+    """Flag a history file as holding only the cells that finished (`phasebench.partial`)."""
+    output_json.setdefault("machine_info", {}).setdefault("phasebench", {})["partial"] = True

@@ -1,13 +1,16 @@
 """Decode: one decode step at context length P, timed round after round (DESIGN §3).
 
-Before the rounds, one untimed prefill builds the prompt's cache and the engine snapshots it.
-Each round's untimed `setup` restores a fresh cache of exactly P positions from that snapshot,
-so every round times the same step: `Engine.decode_step`, one forward of `[B, 1]` token ids
-with the cache, plus the greedy argmax. The synchronizing benchmark timer brackets it.
+Before the rounds, one untimed prefill builds the prompt's cache and the engine snapshots it
+(on the host when the device is an accelerator, so no spare cache sits in device memory).
+Each round's untimed `setup` drops the previous round's cache and restores a fresh cache of
+exactly P positions from the snapshot (`benchmarks.suite.Rounds`), so every round times the
+same step: `Engine.decode_step`, one forward of `[B, 1]` token ids with the cache, plus the
+greedy argmax, and its memory peak is its own. The synchronizing benchmark timer brackets it.
 
-Recorded: the benchmark statistic; `decode_step_s` (median of the rounds) and
+Recorded: the benchmark statistic; `decode_step_s` (median of the same rounds) and
 `decode_tok_per_s` = B / decode_step_s; KV bytes at P (after prefill) and at P + 1 (after the
-step), analytic and measured; weights and the phase's peak memory; roofline figures.
+step), analytic and measured, and the fixed recurrent/conv state (hybrid models); weights and
+the largest per-round memory peak; roofline figures.
 """
 
 from __future__ import annotations
@@ -18,11 +21,20 @@ from typing import Any
 import torch
 
 from benchmarks.harness.devices import MemoryMonitor
-from benchmarks.harness.kv import analytic_kv, kv_bytes_per_token, measure_kv
+from benchmarks.harness.kv import kv_bytes_per_token, measure_kv
+from benchmarks.harness.kv_state import state_fields, state_mismatch
 from benchmarks.harness.peaks import Peaks
 from benchmarks.harness.records import median
 from benchmarks.harness.roofline import roofline_extra_info
-from benchmarks.suite import CellRun, memory_fields, roofline_confirmed, round_times, start_record
+from benchmarks.harness.runmode_kv import analytic_layout, static_fields, static_fields_mismatch
+from benchmarks.suite import (
+    CellRun,
+    Rounds,
+    memory_fields,
+    roofline_confirmed,
+    round_times,
+    start_record,
+)
 
 MEASUREMENT = "decode"
 
@@ -39,22 +51,23 @@ def test_decode(
     token = prefill.next_token
     del prefill
 
-    def restore() -> tuple[tuple[torch.Tensor, Any], dict[str, Any]]:
-        return (token, engine.restore(snapshot)), {}
+    def restore() -> tuple[torch.Tensor, Any]:
+        return token, engine.restore(snapshot)
 
-    monitor = MemoryMonitor(loaded.device)
-    monitor.reset_peak()
+    def step(state: tuple[torch.Tensor, Any]) -> tuple[torch.Tensor, Any]:
+        return engine.decode_step(*state)
+
+    rounds = Rounds(step, restore, MemoryMonitor(loaded.device))
     progress(f"{cell.id}: decode step at context {cell.prompt_len}, {cell.rounds} round(s) ...")
-    _, cache = benchmark.pedantic(
-        engine.decode_step, setup=restore, rounds=cell.rounds, warmup_rounds=0
-    )
-    memory = monitor.sample()
+    rounds.pedantic(benchmark, cell.rounds)
+    _, cache = rounds.last
 
     config = loaded.config
     rounds_s = round_times(benchmark)
     step_s = median(rounds_s) if rounds_s else None
-    at_p = analytic_kv(config, dtype=loaded.dtype, batch=cell.batch, seq_len=cell.prompt_len)
-    after = analytic_kv(config, dtype=loaded.dtype, batch=cell.batch, seq_len=cell.prompt_len + 1)
+    # The cell's cache implementation decides the layout (static: allocated up front).
+    at_p = analytic_layout(cell, config, dtype=loaded.dtype, seq_len=cell.prompt_len)
+    after = analytic_layout(cell, config, dtype=loaded.dtype, seq_len=cell.prompt_len + 1)
     measured_after = measure_kv(cache)
     info.update(
         {
@@ -67,7 +80,9 @@ def test_decode(
             "kv_analytic_final_bytes": after.total_bytes,
             "kv_measured_final_bytes": measured_after.logical_bytes,
             "kv_storage_final_bytes": measured_after.storage_bytes,
-            **memory_fields(memory, loaded.weights_bytes),
+            **state_fields(config, loaded.dtype, cell.batch, measured_after.state_bytes),
+            **static_fields(cell, config, loaded.dtype, cache, cell.prompt_len + 1),
+            **memory_fields(rounds.peaks, loaded.weights_bytes),
         }
     )
     if step_s is not None:
@@ -79,6 +94,8 @@ def test_decode(
         f"KV bytes at P / P+1: analytic {at_p.total_bytes} / {after.total_bytes}, measured "
         f"{snapshot.kv_bytes} / {measured_after.logical_bytes}"
     )
+    assert state_mismatch(info) is None, f"after the decode step: {state_mismatch(info)}"
+    assert static_fields_mismatch(info) is None, f"static cache: {static_fields_mismatch(info)}"
     # Last: a RooflineError (an achieved rate above the device's peak) is a bug signal that fails
     # the test, but must not cost the record its other metrics.
     info.update(

@@ -4,10 +4,11 @@ The benchmark statistic is the **bare** decode step at context P (`model(...)` +
 else), timed round after round like `test_decode` times the engine's step (the cache is restored
 to P in each round's untimed `setup`): the floor the engine is compared to.
 
-After the rounds, `harness.overhead.measure_overhead` runs the interleaved comparison (engine
-step, bare step, the whole owned `Engine.generate`, HF `model.generate` with exactly N tokens;
-ABCD DCBA ... over the cell's rounds, medians) and records in `extra_info`:
-`engine_step_s`, `bare_step_s`, `engine_generate_token_s`, `hf_generate_token_s`,
+After the rounds, `harness.overhead.measure_overhead` runs the interleaved comparison of whole
+loops of N tokens (a bare prefill; the bare loop; the engine's whole instrumented
+`Engine.generate`, which test_generate times; HF `model.generate` with exactly N tokens, warmed
+by one untimed call first; ABCD DCBA ... over the cell's rounds, medians) and records in
+`extra_info`: `bare_generate_token_s`, `engine_generate_token_s`, `hf_generate_token_s`,
 `overhead_vs_bare`, `overhead_vs_hf_generate` (None when N = 1), `overhead_prefill_s`,
 `overhead_rounds`, `overhead_new_tokens`. See docs/measurement.md for the method.
 """
@@ -20,7 +21,7 @@ import torch
 
 from benchmarks.harness.overhead import BareLoop, measure_overhead
 from benchmarks.harness.records import median
-from benchmarks.suite import CellRun, round_times, start_record
+from benchmarks.suite import CellRun, Rounds, round_times, start_record
 
 MEASUREMENT = "overhead"
 # The harness's overhead is a property of the model and device, not of P, N or B: once per
@@ -39,15 +40,19 @@ def test_overhead(run: CellRun, benchmark: Any) -> None:
     token = prefill.next_token
     del prefill
 
-    def restore() -> tuple[tuple[torch.Tensor, Any], dict[str, Any]]:
-        return (token, engine.restore(snapshot)), {}
+    def restore() -> tuple[torch.Tensor, Any]:
+        return token, engine.restore(snapshot)
+
+    def step(state: tuple[torch.Tensor, Any]) -> tuple[torch.Tensor, Any]:
+        return bare.decode_step(*state)
 
     progress(f"{cell.id}: bare decode step at context {cell.prompt_len}, {cell.rounds} round(s)")
-    benchmark.pedantic(bare.decode_step, setup=restore, rounds=cell.rounds, warmup_rounds=0)
+    Rounds(step, restore).pedantic(benchmark, cell.rounds)
     rounds_s = round_times(benchmark)
 
     progress(f"{cell.id}: engine vs bare vs HF generate, {cell.rounds} interleaved round(s) ...")
-    # The cell is already warm (the `run` fixture ran its warmup generations): no extra warmup.
+    # The cell is warm (the `run` fixture ran its warmup generations); measure_overhead runs
+    # every loop once untimed anyway, for HF generate's own first-call costs.
     result = measure_overhead(
         loaded.model,
         loaded.device,

@@ -1,42 +1,25 @@
-"""Noise-aware verdicts: is the current run slower than its baseline history, beyond noise?
+"""Verdicts: is the current run worse than its baseline by more than the threshold, with confidence?
 
 Pure functions on plain numbers (no I/O, no globals); the docstrings are the specification and
 `tests/test_reports_analysis.py` checks them on synthetic series with known answers.
 
-The model, for one benchmark and one timing metric (all on the log scale, so effects are
-ratios and noise is a coefficient of variation):
+Per metric (all on the log scale, so effects are ratios and noise is a CV):
 
-    log(round time) = mu + run effect (variance sigma_b^2) + round noise (variance sigma_w^2)
-
-- Each run is summarized by the **median of its log rounds** (robust to outlier rounds).
-- `sigma_w^2` (within-run) is pooled over baseline runs from each run's median absolute
-  deviation; `tau^2`, the variance of a run's median, is the sample variance of the baseline run
-  medians. The between-run part is `sigma_b^2 = max(0, tau^2 - kappa * sigma_w^2 / n)` with
-  `kappa = pi/2` (variance of a median of n normal values ~ pi/2 * sigma^2 / n). This is the
-  method-of-moments estimate of a one-way random-effects model: run-to-run variation is
-  learned from history, not guessed from the spread of rounds inside one run.
-- Few baseline runs give a poor `tau^2`; it is shrunk toward a prior (`prior_run_cv`, worth
-  `prior_weight_runs` runs; a scaled-inverse-chi^2 prior), and the degrees of freedom of the t
-  distribution grow accordingly: `df = prior_weight_runs + k - 1` for k baseline runs.
-- The current run's median has variance `sigma_b^2 + kappa * sigma_w^2 / n_current`; with r
-  repeated current runs (re-runs of the same commit, summarized by the median of all their
-  rounds pooled) the variance is divided by r. The
-  baseline mean of k run medians has `tau^2 / k`. Their difference `d` has standard error
-  `se = sqrt(both)`; `ratio = exp(d)`, the CI is `exp(d ± t_{df} * se)`, the p-value is the
-  two-sided t test of `d = 0`.
-- **Minimum detectable effect** (MDE): the slowdown detected with probability `power` at level
-  `alpha`: `exp((t_{1-alpha/2} + t_{power}) * se) - 1`.
-- **Suite-wide false-alarm control**: Benjamini-Hochberg over every noisy metric's p-value
-  (q-values); under the global null (an unchanged suite) BH bounds the chance of any false
-  `fail` by `alpha`, and the practical threshold makes it far smaller.
-
-Verdicts (timing and other noisy metrics; lower is better):
+- The noise model is `reports.noise_model`: each run is summarized by the median of its log
+  rounds; the suite-wide run effect of every baseline run is removed, outlier runs are dropped,
+  and the per-benchmark run-to-run variance is shrunk toward a prior (df = prior weight +
+  kept runs - 1).
+- `d` = log(current level) - log(baseline level), oriented so that positive = worse (every
+  metric judged here is lower-is-better: seconds and bytes; `MetricSeries.higher_is_better`
+  flips it). Its standard error is `se = sqrt(var(current) + var(baseline level))`, where the
+  current level (the median of all rounds of the current run and of any re-runs pooled with it)
+  carries the between-run, run-effect and within-run variance divided by the runs pooled.
+- The rule is `reports.decision`: `fail` when the one-sided test of "worse-ratio <= 1 +
+  threshold" rejects at the Holm-corrected level alpha over every noisy metric of the suite
+  (family-wise: an unchanged suite goes red with probability <= alpha); `improved` the mirror;
+  `pass` when the 95 % interval lies below 1 + threshold; `inconclusive` otherwise. The MDE is
+  the smallest true slowdown flagged with 80 % power at Holm's first-step level alpha / m.
 - `new`: no baseline value; `missing`: a baseline value but no current value.
-- `fail`: q <= alpha **and** ratio > 1 + threshold.
-- `improved`: q <= alpha **and** ratio < 1 / (1 + threshold).
-- `inconclusive`: the CI straddles 1 + threshold and MDE > threshold, or the ratio is beyond
-  the threshold without significance after BH.
-- `pass`: otherwise (the data rule out a slowdown beyond the threshold, or no change).
 
 Deterministic metrics (KV bytes, weights bytes) compare the current value with the last
 baseline value exactly: larger = `fail`, smaller = `improved`, equal = `pass`.
@@ -52,8 +35,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from reports import decision
 from reports.changepoints import Step, detect_steps
-from reports.distributions import t_ppf, t_sf_two_sided
+from reports.noise_model import Prior, estimate_noise
 
 VerdictName = Literal["fail", "pass", "inconclusive", "improved", "new", "missing"]
 MetricKind = Literal["timing", "scalar", "exact"]
@@ -66,9 +50,6 @@ VERDICT_ORDER: tuple[VerdictName, ...] = (
     "pass",
 )
 
-KAPPA_MEDIAN = math.pi / 2.0
-_MAD_TO_SIGMA = 1.482602218505602
-
 
 @dataclass(frozen=True)
 class AnalysisConfig:
@@ -76,10 +57,9 @@ class AnalysisConfig:
 
     threshold: practical threshold as a fraction (0.05 = 5 %), for metrics not in `per_metric`.
     per_metric: threshold per metric name (e.g. {"decode_step_s": 0.03}).
-    alpha: BH false discovery level, also the two-sided level of the MDE. 0.01 keeps the
-        share of unchanged suites with any false `fail` near 0.5 % (`python -m reports
-        simulate`): half of the false discoveries fall on the `improved` side.
-    ci_level: confidence level of the reported ratio interval.
+    alpha: Holm family-wise level per side over every noisy metric of the suite: an unchanged
+        suite gets any false `fail` with probability <= alpha.
+    ci_level: confidence level of the reported ratio interval (and of the `pass` rule).
     power: power used for the MDE.
     prior_run_cv: prior run-to-run coefficient of variation (2 % is typical on a quiet CPU).
     prior_weight_runs: how many baseline runs the prior is worth (>= 1).
@@ -104,6 +84,16 @@ class AnalysisConfig:
         """The practical threshold of `metric`."""
         return self.per_metric.get(metric, self.threshold)
 
+    @property
+    def prior(self) -> Prior:
+        """The noise prior of `reports.noise_model`."""
+        return Prior(self.prior_run_cv, self.prior_weight_runs)
+
+    @property
+    def rule(self) -> decision.RuleConfig:
+        """The levels of `reports.decision`."""
+        return decision.RuleConfig(self.alpha, self.ci_level, self.power)
+
 
 @dataclass(frozen=True)
 class MetricSeries:
@@ -112,6 +102,8 @@ class MetricSeries:
     `baseline` holds one tuple per baseline run, oldest first (rounds in seconds for timings, a
     single value for other metrics); `current` is None when the current run lacks it.
     `current_repeats` holds earlier runs of the same commit (re-runs), pooled with `current`.
+    `baseline_offsets` (log, one per baseline run, or empty for none) are the runs' suite-wide
+    effects (`noise_model.estimate_run_effects`), `run_effect_var` their variance.
     """
 
     machine_id: str
@@ -121,34 +113,20 @@ class MetricSeries:
     baseline: tuple[tuple[float, ...], ...]
     current: tuple[float, ...] | None
     current_repeats: tuple[tuple[float, ...], ...] = ()
-
-
-@dataclass(frozen=True)
-class NoiseEstimate:
-    """The random-effects noise model of one series (log scale; see the module docstring)."""
-
-    baseline_log: float
-    run_var: float
-    within_var: float
-    between_var: float
-    rounds_per_run: float
-    runs: int
-    df: float
-
-    @property
-    def between_cv(self) -> float:
-        """Run-to-run coefficient of variation."""
-        return math.sqrt(self.between_var)
-
-    @property
-    def within_cv(self) -> float:
-        """Round-to-round coefficient of variation inside a run."""
-        return math.sqrt(self.within_var)
+    baseline_offsets: tuple[float, ...] = ()
+    run_effect_var: float = 0.0
+    higher_is_better: bool = False
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """The judgement of one metric of one benchmark on one machine."""
+    """The judgement of one metric of one benchmark on one machine.
+
+    ratio, ci_low, ci_high: worse-ratios of current / baseline (> 1 = worse). p_value: the
+    one-sided fail-side p-value; p_adjusted: the same after Holm over the suite; p_improved:
+    the improved-side p-value. log_ratio, se, df: the evidence handed to `reports.decision`.
+    stack_change: the software-stack fields that changed against the baseline, or "".
+    """
 
     machine_id: str
     fullname: str
@@ -160,86 +138,64 @@ class Verdict:
     ci_low: float | None = None
     ci_high: float | None = None
     p_value: float | None = None
-    q_value: float | None = None
+    p_adjusted: float | None = None
+    p_improved: float | None = None
     mde: float | None = None
     baseline_value: float | None = None
     current_value: float | None = None
     baseline_runs: int = 0
     between_cv: float | None = None
     within_cv: float | None = None
+    log_ratio: float | None = None
+    se: float | None = None
+    df: float | None = None
     note: str = ""
+    stack_change: str = ""
+
+    @property
+    def compared(self) -> bool:
+        """True when a baseline value took part (every verdict except `new`)."""
+        return self.verdict != "new"
 
 
 def _log_median(values: Sequence[float]) -> float:
     return math.log(statistics.median(values))
 
 
-def within_run_var(logs: Sequence[float]) -> float | None:
-    """Robust variance of one run's log rounds: (MAD * 1.4826)^2; None below 3 rounds."""
-    if len(logs) < 3:
-        return None
-    med = statistics.median(logs)
-    mad = statistics.median(abs(x - med) for x in logs)
-    return (mad * _MAD_TO_SIGMA) ** 2
+def _adjusted(series: MetricSeries) -> list[tuple[float, ...]]:
+    """Baseline runs with their suite-wide effect divided out (values stay positive)."""
+    offsets = series.baseline_offsets or (0.0,) * len(series.baseline)
+    return [
+        tuple(v / math.exp(o) for v in run) for run, o in zip(series.baseline, offsets, strict=True)
+    ]
 
 
-def estimate_noise(baseline: Sequence[Sequence[float]], config: AnalysisConfig) -> NoiseEstimate:
-    """Fit the random-effects model to baseline runs (each a non-empty tuple of positive values).
-
-    Returns the baseline level (mean of log run medians), tau^2 shrunk toward the prior,
-    sigma_w^2 pooled over runs with >= 3 rounds (0 when none), sigma_b^2, the mean rounds per
-    run and the degrees of freedom `prior_weight_runs + k - 1`.
-    """
-    if not baseline:
-        raise ValueError("estimate_noise needs at least one baseline run")
-    logs = [[math.log(v) for v in run] for run in baseline]
-    medians = [statistics.median(run) for run in logs]
-    k = len(medians)
-    withins = [w for w in (within_run_var(run) for run in logs) if w is not None]
-    within = statistics.fmean(withins) if withins else 0.0
-    n_bar = statistics.fmean(len(run) for run in logs)
-    prior_tau2 = math.log1p(config.prior_run_cv) ** 2 + KAPPA_MEDIAN * within / n_bar
-    nu0 = config.prior_weight_runs
-    sample_tau2 = statistics.variance(medians) if k >= 2 else 0.0
-    tau2 = (nu0 * prior_tau2 + (k - 1) * sample_tau2) / (nu0 + k - 1)
-    between = max(0.0, tau2 - KAPPA_MEDIAN * within / n_bar)
-    return NoiseEstimate(
-        baseline_log=statistics.fmean(medians),
-        run_var=tau2,
-        within_var=within,
-        between_var=between,
-        rounds_per_run=n_bar,
-        runs=k,
-        df=nu0 + k - 1,
-    )
-
-
-def baseline_window(
+def baseline_start(
     baseline: Sequence[Sequence[float]], config: AnalysisConfig
-) -> tuple[tuple[tuple[float, ...], ...], Step | None]:
-    """The baseline runs to compare against, and the step that cut the older ones off (if any).
+) -> tuple[int, Step | None]:
+    """Index of the first baseline run to compare against, and the step that cut older ones off.
 
     Only the newest `max_baseline_runs` runs are considered. With `baseline_after_step`, steps
-    are detected in the log run medians; the runs after the
-    last step are used when at least `min_runs_after_step` of them remain.
+    are detected in the log run medians (pass them with run effects removed, so that a burst
+    run is not a level); the runs after the last step are used when at least
+    `min_runs_after_step` of them remain.
     """
-    runs = tuple(tuple(r) for r in baseline[-config.max_baseline_runs :])
+    start = max(0, len(baseline) - config.max_baseline_runs)
+    runs = baseline[start:]
     if not config.baseline_after_step or len(runs) < 2 * config.min_runs_after_step:
-        return runs, None
+        return start, None
     steps = detect_steps([_log_median(r) for r in runs], min_rel_step=config.threshold / 2)
-    if not steps:
-        return runs, None
-    last = steps[-1]
-    if len(runs) - last.index < config.min_runs_after_step:
-        return runs, None
-    return runs[last.index :], last
+    if not steps or len(runs) - steps[-1].index < config.min_runs_after_step:
+        return start, None
+    return start + steps[-1].index, steps[-1]
 
 
 def judge_noisy(series: MetricSeries, config: AnalysisConfig) -> Verdict:
-    """Verdict of a timing or scalar series before suite-wide correction (q_value unset).
+    """Verdict of a timing or scalar series before the suite-wide correction.
 
-    `new`/`missing` as in the module docstring; otherwise the ratio, CI, raw p-value and MDE,
-    with a provisional verdict that `apply_bh` finalizes.
+    `new`/`missing` as in the module docstring; otherwise the evidence (log_ratio, se, df),
+    the raw one-sided p-values and the baseline figures, with a provisional verdict `pass`
+    that `apply_holm` finalizes.
     """
     threshold = config.threshold_for(series.metric)
     base = Verdict(series.machine_id, series.fullname, series.metric, series.kind, "new", threshold)
@@ -251,91 +207,72 @@ def judge_noisy(series: MetricSeries, config: AnalysisConfig) -> Verdict:
             current_value=statistics.median(series.current),
             note="no baseline run has this benchmark",
         )
-    window, cut = baseline_window(series.baseline, config)
-    noise = estimate_noise(window, config)
-    baseline_value = math.exp(noise.baseline_log)
+    first, cut = baseline_start(_adjusted(series), config)
+    offsets = (series.baseline_offsets or (0.0,) * len(series.baseline))[first:]
+    noise = estimate_noise(series.baseline[first:], config.prior, offsets, series.run_effect_var)
+    notes = []
+    if cut is not None:
+        notes.append(f"baseline: {noise.runs} runs since a {cut.rel_change:+.1%} step")
+    if noise.dropped:
+        notes.append(f"{noise.dropped} outlier baseline run(s) left out")
     base = replace(
         base,
-        baseline_value=baseline_value,
+        baseline_value=math.exp(noise.baseline_log),
         baseline_runs=noise.runs,
         between_cv=noise.between_cv,
         within_cv=noise.within_cv,
-        note=(
-            f"baseline: {noise.runs} runs since a {cut.rel_change:+.1%} step"
-            if cut is not None
-            else ""
-        ),
+        note="; ".join(notes),
     )
     if series.current is None:
         return replace(base, verdict="missing")
     current_runs = (*series.current_repeats, series.current)
-    r = len(current_runs)
     n_cur = statistics.fmean(len(run) for run in current_runs)
     # The median of all current rounds pooled: like a run median, robust to outlier rounds
     # (a mean of run medians lets one run with two slow rounds out of five move the result).
     current_log = _log_median([x for run in current_runs for x in run])
-    var_current = (noise.between_var + KAPPA_MEDIAN * noise.within_var / n_cur) / r
-    se = math.sqrt(var_current + noise.run_var / noise.runs)
+    se = math.sqrt(noise.current_var(n_cur, len(current_runs)) + noise.baseline_var)
     d = current_log - noise.baseline_log
-    if se > 0:
-        p = t_sf_two_sided(d / se, noise.df)
-        t_ci = t_ppf(0.5 + config.ci_level / 2.0, noise.df)
-        t_mde = t_ppf(1.0 - config.alpha / 2.0, noise.df) + t_ppf(config.power, noise.df)
-    else:  # identical values everywhere: any difference is certain
-        p = 1.0 if d == 0 else 0.0
-        t_ci = t_mde = 0.0
+    worse = -d if series.higher_is_better else d
     return replace(
         base,
         verdict="pass",
-        ratio=math.exp(d),
-        ci_low=math.exp(d - t_ci * se),
-        ci_high=math.exp(d + t_ci * se),
-        p_value=p,
-        mde=math.expm1(t_mde * se),
+        log_ratio=worse,
+        se=se,
+        df=noise.df,
+        p_value=decision.p_fail(worse, se, noise.df, threshold),
+        p_improved=decision.p_improved(worse, se, noise.df, threshold),
         current_value=math.exp(current_log),
     )
 
 
-def bh_qvalues(p_values: Sequence[float]) -> list[float]:
-    """Benjamini-Hochberg adjusted p-values (q-values), in the input order.
+def apply_holm(verdicts: Sequence[Verdict], config: AnalysisConfig) -> list[Verdict]:
+    """Decide every verdict that carries evidence as one Holm family (`reports.decision.decide`).
 
-    q_(i) = min over j >= i of p_(j) * m / j for the sorted p-values, capped at 1.
+    Sets ratio, interval, adjusted p-value, MDE and the final verdict; others pass through.
     """
-    m = len(p_values)
-    order = sorted(range(m), key=lambda i: p_values[i])
-    q = [1.0] * m
-    running = 1.0
-    for rank in range(m, 0, -1):
-        i = order[rank - 1]
-        running = min(running, p_values[i] * m / rank)
-        q[i] = min(1.0, running)
-    return q
-
-
-def classify(v: Verdict, alpha: float) -> VerdictName:
-    """The final verdict of a noisy metric with its q-value set (rules in the module docstring)."""
-    if v.ratio is None or v.q_value is None or v.ci_low is None or v.ci_high is None:
-        return v.verdict
-    limit = 1.0 + v.threshold
-    significant = v.q_value <= alpha
-    if significant and v.ratio > limit:
-        return "fail"
-    if significant and v.ratio < 1.0 / limit:
-        return "improved"
-    straddles = v.ci_low < limit < v.ci_high
-    if (straddles and v.mde is not None and v.mde > v.threshold) or v.ratio > limit:
-        return "inconclusive"
-    return "pass"
-
-
-def apply_bh(verdicts: Sequence[Verdict], alpha: float) -> list[Verdict]:
-    """Set q-values over every verdict that has a p-value, then classify each one."""
-    idx = [i for i, v in enumerate(verdicts) if v.p_value is not None]
-    qs = bh_qvalues([verdicts[i].p_value or 0.0 for i in idx])
+    idx = [i for i, v in enumerate(verdicts) if v.se is not None and v.log_ratio is not None]
+    evidence = [
+        decision.Evidence(
+            verdicts[i].log_ratio or 0.0,
+            verdicts[i].se or 0.0,
+            verdicts[i].df or math.inf,
+            verdicts[i].threshold,
+        )
+        for i in idx
+    ]
     out = list(verdicts)
-    for i, q in zip(idx, qs, strict=True):
-        with_q = replace(out[i], q_value=q)
-        out[i] = replace(with_q, verdict=classify(with_q, alpha))
+    for i, dec in zip(idx, decision.decide(evidence, config.rule), strict=True):
+        out[i] = replace(
+            out[i],
+            verdict=dec.outcome,
+            ratio=dec.ratio,
+            ci_low=dec.ci_low,
+            ci_high=dec.ci_high,
+            p_value=dec.p_fail,
+            p_improved=dec.p_improved,
+            p_adjusted=dec.p_fail_adjusted,
+            mde=dec.mde,
+        )
     return out
 
 
@@ -368,11 +305,11 @@ def judge_exact(series: MetricSeries, config: AnalysisConfig) -> Verdict:
 
 
 def judge_suite(series: Sequence[MetricSeries], config: AnalysisConfig) -> list[Verdict]:
-    """Verdicts for every series of a suite, with BH applied across all noisy metrics together."""
+    """Verdicts for every series of a suite, Holm applied across all noisy metrics together."""
     provisional = [
         judge_exact(s, config) if s.kind == "exact" else judge_noisy(s, config) for s in series
     ]
-    return apply_bh(provisional, config.alpha)
+    return apply_holm(provisional, config)
 
 
 def summarize(verdicts: Sequence[Verdict]) -> dict[VerdictName, int]:

@@ -3,11 +3,12 @@
 `detect_steps(values)` runs binary segmentation with a least-squares (L2) cost on the values
 (callers pass the log of per-run medians, so a step is a ratio), accepting a split only when it
 reduces the cost by more than a penalty `beta = penalty_factor * sigma^2 * log(n)` (a modified
-BIC). A running median of three is applied first, so that one outlier run cannot form a level
-of its own, while a real step keeps its exact position. `sigma` is estimated robustly (before
-smoothing) from the median absolute first difference, which a few level shifts do not
-inflate. Segments shorter than `min_size` are not created, and steps smaller than
-`min_rel_step` (relative) are dropped after the search.
+BIC). A running median of five is applied first, so that one or two outlier runs in a row (a
+load burst) cannot form a level of their own (two burst runs are not two steps), while a real
+step of three or more runs keeps its exact position (a running median preserves edges).
+`sigma` is estimated robustly (before smoothing) from the median absolute first difference,
+which a few level shifts do not inflate. Segments shorter than `min_size` are not created,
+and steps smaller than `min_rel_step` (relative) are dropped after the search.
 
 Binary segmentation, not PELT or E-divisive, because it is O(n log n) with prefix sums in pure
 Python: a history of 1,000 runs x 100 benchmarks takes well under a second.
@@ -64,6 +65,21 @@ def median3(values: Sequence[float]) -> list[float]:
     return [values[0], *middle, values[-1]]
 
 
+def median5(values: Sequence[float]) -> list[float]:
+    """Running median of five, of three next to the ends (end points kept).
+
+    Removes bursts of up to two consecutive outliers; a level held for three or more points
+    keeps its edges.
+    """
+    n = len(values)
+    if n < 5:
+        return median3(values)
+    out = median3(values)
+    for i in range(2, n - 2):
+        out[i] = sorted(values[i - 2 : i + 3])[2]
+    return out
+
+
 def detect_steps(
     values: Sequence[float],
     *,
@@ -90,7 +106,7 @@ def detect_steps(
         return []
     # sigma from the raw values: smoothing correlates neighbours and would hide the noise
     noise = robust_sigma(values) if sigma is None else sigma
-    values = median3(values)
+    values = median5(values)
     if noise <= 0.0:
         # A noiseless series: any exact level change is a step; use a tiny noise floor.
         spread = max(values) - min(values)

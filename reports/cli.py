@@ -1,15 +1,18 @@
-"""`python -m reports`: render, gate, simulate, bench-scale.
+"""`python -m reports`: render, gate, simulate, bench-scale, runmode.
 
 - `render --history DIR --out DIR` writes `index.html` and `summary.md` (exit 0; 2 on bad
   input or when there is no current run to judge — the files are still written then).
-- `gate --history DIR [--json FILE]` prints one line per failing benchmark and metric and exits
-  0 (no failure), 1 (a failure), 2 (bad input, no current run, or an unreadable file that may be
-  the current run).
+- `gate --history DIR [--json FILE]` prints one line per failing or missing benchmark and
+  metric and a status line, and exits 0 (pass, or no-baseline: nothing was compared), 1 (a
+  failure), 2 (bad input, no current run, an unreadable file that may be the current run, or
+  no-baseline with `--require-baseline`).
 - `simulate --seed 1` prints the false-alarm and detection table (see `reports.simulate`).
 - `bench-scale --runs 1000 --benchmarks 100` times a render of a synthetic history.
+- `runmode FILE...` prints decode tok/s by attention x cache x compile (`reports.runmode`).
 
-Shared options: `--base-branch`, `--threshold` (repeatable: `5%`, `0.05`, `decode_step_s=3%`),
-`--alpha`, `--current FILE`, `--baseline FILE...`, `--artifact-url`.
+Shared options: `--base-branch`, `--merge-base SHA`, `--rerun`, `--require-baseline`,
+`--threshold` (repeatable: `5%`, `0.05`, `decode_step_s=3%`), `--alpha`, `--current FILE`,
+`--baseline FILE...`, `--artifact-url`.
 
 User errors print one line (`error: ...`) and exit 2; nothing here imports torch.
 """
@@ -24,18 +27,18 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
+from reports import runmode as runmode_tables
 from reports.analysis import AnalysisConfig
 from reports.errors import ReportError
-from reports.history import (
-    History,
-    Selection,
-    files_that_could_be_current,
-    load_history,
-    run_from_paths,
-    select_comparisons,
-)
+from reports.history import History, load_history, run_from_paths
 from reports.render import render_html, render_summary, verdict_json
 from reports.report import Report, build_report
+from reports.selection import (
+    Selection,
+    SelectOptions,
+    files_that_could_be_current,
+    select_comparisons,
+)
 
 EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -105,9 +108,13 @@ def build_from_args(args: argparse.Namespace) -> Report:
     if args.current and current_override is None:
         selection = Selection((), ())  # the named current run is unreadable: nothing to judge
     else:
-        selection = select_comparisons(
-            history, args.base_branch, current_override, baseline_override
+        options = SelectOptions(
+            base_branch=args.base_branch,
+            merge_base=args.merge_base,
+            merge_base_time=_commit_time(args.merge_base) if args.merge_base else None,
+            pool_reruns=args.rerun,
         )
+        selection = select_comparisons(history, options, current_override, baseline_override)
         if current_override is None:
             suspects = files_that_could_be_current(history, selection.comparisons)
     return build_report(
@@ -119,6 +126,32 @@ def build_from_args(args: argparse.Namespace) -> Report:
         extra_skipped=extra_skipped,
         artifact_url=args.artifact_url,
     )
+
+
+def _commit_time(sha: str) -> str | None:
+    """The commit time of `sha` from git in the working directory (None without git or commit).
+
+    Only used when the merge-base itself has no run in the history: base-branch runs of commits
+    not newer than it are then its baseline.
+    """
+    import subprocess  # noqa: PLC0415 - only --merge-base needs it
+
+    try:
+        out = subprocess.run(
+            ["git", "show", "-s", "--format=%cI", sha],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    stamp = out.stdout.strip()
+    if out.returncode != 0 or not stamp:
+        return None
+    # commit_info.time is written in UTC-offset ISO form too; compare as UTC strings
+    parsed = datetime.fromisoformat(stamp).astimezone(timezone.utc)
+    return parsed.isoformat()
 
 
 def _now() -> str:
@@ -142,20 +175,35 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def gate_lines(report: Report) -> list[str]:
-    """The gate's console output: one line per failing metric, then skips and a summary."""
+    """The gate's console output: one line per failing or missing metric, then skips and status.
+
+    A failing line names the one-sided test's evidence (interval, Holm-adjusted p) and, when the
+    machine's software stack changed against its baseline, every changed field.
+    """
     lines: list[str] = []
     for machine, v in report.ranked(("fail",)):
-        if v.ci_low is not None and v.ci_high is not None and v.q_value is not None:
+        if v.ci_low is not None and v.ci_high is not None and v.p_adjusted is not None:
             low, high = v.ci_low - 1, v.ci_high - 1
-            interval = f" (95% CI {low:+.1%} .. {high:+.1%}, q={v.q_value:.2g})"
+            interval = f" (95% CI {low:+.1%} .. {high:+.1%}, Holm p={v.p_adjusted:.2g})"
         else:
             interval = f" ({v.note})"
+        stack = f" [stack: {v.stack_change}]" if v.stack_change else ""
         lines.append(
             f"FAIL {v.fullname} {v.metric}: {(v.ratio or 0) - 1:+.1%}{interval}, "
-            f"threshold {v.threshold:.1%} [{machine.label} {v.machine_id}]"
+            f"threshold {v.threshold:.1%} [{machine.label} {v.machine_id}]{stack}"
         )
     for machine, v in report.ranked(("missing",)):
-        lines.append(f"missing {v.fullname} {v.metric} [{machine.machine_id}]")
+        lines.append(
+            f"MISSING {v.fullname} {v.metric}: in the baseline, not in the current run "
+            f"[{machine.machine_id}]"
+        )
+    for machine in report.machines:
+        if machine.partial:
+            lines.append(
+                f"PARTIAL {machine.machine_id}: the current run was killed before it ended"
+            )
+        for name in machine.removed:
+            lines.append(f"removed {name}: no longer in the current run's planned cells")
     for skipped in report.skipped:
         lines.append(f"SKIPPED {skipped.path}: {skipped.reason}")
     for path in report.suspect_current:
@@ -167,6 +215,13 @@ def gate_lines(report: Report) -> list[str]:
     return lines
 
 
+def gate_exit_code(report: Report, require_baseline: bool) -> int:
+    """0 pass or no-baseline, 1 fail, 2 error; no-baseline is 2 with `--require-baseline`."""
+    if report.status == "no-baseline":
+        return EXIT_BAD_INPUT if require_baseline else EXIT_OK
+    return {"pass": EXIT_OK, "fail": EXIT_FAIL, "error": EXIT_BAD_INPUT}[report.status]
+
+
 def cmd_gate(args: argparse.Namespace) -> int:
     """Print failures, write --json, exit 0/1/2."""
     report = build_from_args(args)
@@ -174,7 +229,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
         print(line)
     if args.json:
         Path(args.json).write_text(json.dumps(verdict_json(report), indent=1), encoding="utf-8")
-    return {"pass": EXIT_OK, "fail": EXIT_FAIL, "error": EXIT_BAD_INPUT}[report.status]
+    return gate_exit_code(report, args.require_baseline)
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -189,9 +244,15 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         slowed=min(args.slowed, args.benchmarks),
         current_runs=args.current_runs,
     )
+    from reports.scenarios import format_scenarios, run_scenarios  # noqa: PLC0415 - optional verb
+
     config = _config(args)
     start = time.perf_counter()
     print(format_table(sim, run_all(sim, config=config), config))
+    if args.scenario_trials > 0:
+        print("\nIssue-13 scenarios (the real gate on synthetic history files):\n")
+        trials = args.scenario_trials
+        print(format_scenarios(run_scenarios(trials, args.seed), trials))
     print(f"\n({time.perf_counter() - start:.1f} s)")
     return EXIT_OK
 
@@ -230,6 +291,23 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--base-branch", default="main", help="branch whose runs form the baseline")
     p.add_argument(
+        "--merge-base",
+        metavar="SHA",
+        default=None,
+        help="baseline: base-branch runs up to and including this commit (a PR's merge-base)",
+    )
+    p.add_argument(
+        "--rerun",
+        action="store_true",
+        help="pool earlier runs of the same commit, dirty state, stack and cells with the "
+        "current run as re-runs (default: they are its baseline)",
+    )
+    p.add_argument(
+        "--require-baseline",
+        action="store_true",
+        help="exit 2 when nothing could be compared (no baseline), instead of 0",
+    )
+    p.add_argument(
         "--threshold",
         action="append",
         default=[],
@@ -240,7 +318,8 @@ def _add_common(p: argparse.ArgumentParser) -> None:
         "--alpha",
         type=float,
         default=AnalysisConfig.alpha,
-        help="Benjamini-Hochberg false discovery level across the suite (default 0.01)",
+        help="Holm family-wise level across the suite: the chance that an unchanged suite "
+        "gets any false fail (default 0.01)",
     )
     p.add_argument("--current", metavar="FILE", help="judge this file as the current run")
     p.add_argument("--baseline", nargs="+", metavar="FILE", help="compare against these files only")
@@ -274,6 +353,12 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument(
         "--current-runs", type=int, default=1, help="re-runs of the PR commit pooled (default 1)"
     )
+    sim.add_argument(
+        "--scenario-trials",
+        type=int,
+        default=100,
+        help="trials per issue-13 scenario (reports.scenarios; 0 = skip them)",
+    )
     sim.add_argument("--threshold", action="append", default=[], metavar="FRACTION")
     sim.add_argument("--alpha", type=float, default=AnalysisConfig.alpha)
     sim.set_defaults(func=cmd_simulate)
@@ -282,6 +367,9 @@ def build_parser() -> argparse.ArgumentParser:
     scale.add_argument("--benchmarks", type=int, default=100)
     scale.add_argument("--out", metavar="DIR", help="keep the rendered report here")
     scale.set_defaults(func=cmd_bench_scale)
+    runmode = sub.add_parser("runmode", help="decode tok/s by attention x cache x compile")
+    runmode.add_argument("files", nargs="+", metavar="FILE", help="pytest-benchmark JSON files")
+    runmode.set_defaults(func=lambda a: runmode_tables.print_files(a.files))
     return parser
 
 

@@ -25,6 +25,7 @@ import jinja2
 from reports.analysis import Verdict
 from reports.report import MachineReport, Report
 from reports.roofline import RooflineChart
+from reports.runmode import entry_text
 
 STATIC = Path(__file__).resolve().parent / "static"
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -99,6 +100,15 @@ def fmt_si(value: float | str | None, unit: str = "") -> str:
     return f"{value:.3g} {unit}"
 
 
+def fmt_rate(value: float | None) -> str:
+    """Tokens per second with three significant figures ("1.23k tok/s")."""
+    if value is None or math.isnan(value):
+        return "n/a"
+    if abs(value) >= 1e3:
+        return f"{value / 1e3:.3g}k tok/s"
+    return f"{value:.3g} tok/s"
+
+
 def fmt_value(value: float | None, metric: str) -> str:
     """A metric value in its unit, chosen from the metric's name suffix."""
     if value is None:
@@ -140,9 +150,11 @@ def _environment(markdown: bool) -> jinja2.Environment:
         pval=fmt_p,
         plainpct=fmt_plain_pct,
         si=fmt_si,
+        rate=fmt_rate,
         value=fmt_value,
         sortv=sort_value,
         md=md_escape,
+        runmode_entry=entry_text,
     )
     return env
 
@@ -179,6 +191,8 @@ def chart_data(machine: MachineReport, index: int) -> dict[str, Any]:
         "roofline": (
             {f"r{index}": roofline_data(machine.roofline)} if machine.roofline.points else {}
         ),
+        "ticks": list(machine.run_ticks),
+        "stack": [{"x": float(x), "text": text} for x, text in machine.stack_x],
         "trends": {
             f"t{index}-{i}": {
                 "title": t.cell_id,
@@ -220,9 +234,9 @@ def render_html(report: Report, generated_at: str) -> str:
 
 
 def _verdict_rows(report: Report) -> list[tuple[MachineReport, Verdict]]:
-    """Every fail, then the ten largest inconclusive slowdowns (the rest are in the HTML)."""
+    """Every fail and missing, then the ten largest inconclusive slowdowns (rest: the HTML)."""
     unsure = [(m, v) for m, v in report.ranked(("inconclusive",)) if (v.ratio or 0) > 1]
-    return report.ranked(("fail",)) + unsure[:10]
+    return report.ranked(("fail",)) + report.ranked(("missing",)) + unsure[:10]
 
 
 def render_summary(report: Report, generated_at: str, budget: int = SUMMARY_BUDGET) -> str:
@@ -269,7 +283,8 @@ def verdict_json(report: Report) -> dict[str, Any]:
                     "ci_low": v.ci_low,
                     "ci_high": v.ci_high,
                     "p_value": v.p_value,
-                    "q_value": v.q_value,
+                    "p_adjusted": v.p_adjusted,
+                    "p_improved": v.p_improved,
                     "mde": v.mde,
                     "threshold": v.threshold,
                     "baseline_value": v.baseline_value,
@@ -278,6 +293,7 @@ def verdict_json(report: Report) -> dict[str, Any]:
                     "between_run_cv": v.between_cv,
                     "within_run_cv": v.within_cv,
                     "note": v.note,
+                    "stack_change": v.stack_change,
                 }
             )
     return {
@@ -289,6 +305,21 @@ def verdict_json(report: Report) -> dict[str, Any]:
         "skipped_files": [{"path": s.path, "reason": s.reason} for s in report.skipped],
         "suspect_current_files": list(report.suspect_current),
         "stale_machines": [{"machine_id": m, "reason": r} for m, r in report.stale],
+        "machines": [
+            {
+                "machine_id": m.machine_id,
+                "machine": m.label,
+                "current_commit": m.current.commit_id,
+                "partial": m.partial,
+                "baseline_rule": m.baseline_rule,
+                "stack_change": [
+                    {"field": c.key, "baseline": c.baseline, "current": c.current}
+                    for c in m.stack_change
+                ],
+                "removed_cells": list(m.removed),
+            }
+            for m in report.machines
+        ],
         "config": _config_json(report),
     }
 
@@ -300,6 +331,10 @@ def _config_json(report: Report) -> Mapping[str, Any]:
         "threshold": c.threshold,
         "per_metric_threshold": dict(c.per_metric),
         "alpha": c.alpha,
+        "rule": (
+            "fail: one-sided t test of worse-ratio <= 1 + threshold rejected at Holm-adjusted "
+            "p <= alpha over every noisy metric of the suite"
+        ),
         "ci_level": c.ci_level,
         "power": c.power,
         "prior_run_cv": c.prior_run_cv,

@@ -11,9 +11,8 @@ Deliberately not here: file reading (`history`), statistics (`analysis`), HTML (
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from reports.analysis import (
@@ -24,65 +23,34 @@ from reports.analysis import (
     judge_suite,
     summarize,
 )
-from reports.changepoints import detect_steps
-from reports.history import Comparison, History, Run, Selection, SkippedFile
-from reports.metrics import SCALAR_TIMINGS, comparison_series, primary_metric
+from reports.history import History, Run, SkippedFile
+from reports.metrics import comparison_series, removed_cells
 from reports.roofline import RooflineChart
+from reports.runmode import Table as RunModeTable
+from reports.runmode import comparison_tables
+from reports.selection import Comparison, Selection, StackChange, StackMark
+from reports.tables import (
+    MatrixGrid,
+    NowRow,
+    TableRow,
+    kv_rows,
+    matrix_grids,
+    memory_rows,
+    now_axes,
+    now_rows,
+    roofline_rows,
+)
+from reports.trends import (
+    DecodeCurve,
+    StepMark,
+    Trend,
+    decode_curves,
+    run_ticks,
+    stack_positions,
+    trends,
+)
 
-Status = Literal["fail", "pass", "error"]
-
-
-@dataclass(frozen=True)
-class StepMark:
-    """A detected step in a metric's base-branch history, located at a run's commit."""
-
-    fullname: str
-    metric: str
-    run_index: int
-    commit_id: str
-    datetime: str
-    rel_change: float
-
-
-@dataclass(frozen=True)
-class Trend:
-    """Per-run medians of one benchmark's primary timing (aggregated to at most max_points).
-
-    `x` is the run's position in the comparison (0 = oldest baseline run), `y_s` its median
-    seconds (a bucket's median of run medians when aggregated), `label` its commit and time;
-    the last point is the current run.
-    """
-
-    fullname: str
-    cell_id: str
-    metric: str
-    x: tuple[float, ...]
-    y_s: tuple[float, ...]
-    label: tuple[str, ...]
-    steps: tuple[StepMark, ...]
-    aggregated: bool
-    verdict: VerdictName | None
-
-
-@dataclass(frozen=True)
-class DecodeCurve:
-    """Decode step latency against context position (`prompt_len + step`) for one benchmark."""
-
-    fullname: str
-    cell_id: str
-    position: tuple[int, ...]
-    current_s: tuple[float, ...]
-    baseline_s: tuple[float | None, ...]
-
-
-@dataclass(frozen=True)
-class TableRow:
-    """A row of one of the per-cell tables: the cell and its named values (None = n/a)."""
-
-    fullname: str
-    cell_id: str
-    group: str
-    values: Mapping[str, float | str | None]
+Status = Literal["fail", "pass", "no-baseline", "error"]
 
 
 @dataclass(frozen=True)
@@ -115,11 +83,30 @@ class MachineReport:
     env: tuple[EnvChange, ...]
     methodology: Mapping[str, str]
     roofline: RooflineChart = field(default_factory=RooflineChart)  # current run only
+    stack_change: tuple[StackChange, ...] = ()
+    stack_marks: tuple[StackMark, ...] = ()
+    removed: tuple[str, ...] = ()
+    partial: bool = False
+    now: tuple[NowRow, ...] = ()
+    grids: tuple[MatrixGrid, ...] = ()
+    run_ticks: tuple[str, ...] = ()
+    stack_x: tuple[tuple[int, str], ...] = ()
+    runmodes: tuple[RunModeTable, ...] = ()  # current run's decode by attention x cache x compile
 
     @property
     def counts(self) -> dict[VerdictName, int]:
         """Verdict counts of this machine."""
         return summarize(self.verdicts)
+
+    @property
+    def now_axes(self) -> tuple[str, ...]:
+        """Run-mode axes shown as columns of the "now" table (none without run-mode cells)."""
+        return now_axes(self.now)
+
+    @property
+    def stack_change_text(self) -> str:
+        """The changed stack fields ("torch 2.13.0 → 2.14.1, ..."), or ""."""
+        return ", ".join(str(c) for c in self.stack_change)
 
 
 @dataclass(frozen=True)
@@ -147,210 +134,6 @@ class Report:
         """Verdicts with one of `names`, worst ratio first (largest for fail, smallest else)."""
         rows = [(m, v) for m in self.machines for v in m.verdicts if v.verdict in names]
         return sorted(rows, key=lambda mv: -abs(math.log(mv[1].ratio or 1.0)))
-
-
-def _downsample(
-    x: Sequence[float], y: Sequence[float], labels: Sequence[str], max_points: int
-) -> tuple[tuple[float, ...], tuple[float, ...], tuple[str, ...], bool]:
-    """Keep the newest points, and bucket older ones into medians, to at most `max_points`."""
-    n = len(y)
-    if n <= max_points:
-        return tuple(x), tuple(y), tuple(labels), False
-    keep_tail = max_points // 4
-    head = n - keep_tail
-    buckets = max_points - keep_tail
-    xs: list[float] = []
-    ys: list[float] = []
-    ls: list[str] = []
-    for b in range(buckets):
-        lo, hi = b * head // buckets, (b + 1) * head // buckets
-        if hi <= lo:
-            continue
-        xs.append(statistics.fmean(x[lo:hi]))
-        ys.append(statistics.median(y[lo:hi]))
-        ls.append(f"median of {hi - lo} runs ({labels[lo]} .. {labels[hi - 1]})")
-    return (*xs, *x[head:]), (*ys, *y[head:]), (*ls, *labels[head:]), True
-
-
-def _run_label(run: Run) -> str:
-    return f"{run.short_commit} {run.branch} {run.datetime[:19]}"
-
-
-def _steps_for(
-    fullname: str, metric: str, runs: Sequence[Run], values: Sequence[float | None]
-) -> list[StepMark]:
-    points = [(i, v) for i, v in enumerate(values) if v is not None and v > 0]
-    if len(points) < 6:
-        return []
-    found = detect_steps([math.log(v) for _, v in points])
-    marks = []
-    for step in found:
-        run_index = points[step.index][0]
-        run = runs[run_index]
-        marks.append(
-            StepMark(fullname, metric, run_index, run.commit_id, run.datetime, step.rel_change)
-        )
-    return marks
-
-
-def _metric_value(run: Run, fullname: str, metric: str) -> float | None:
-    bench = run.benchmarks.get(fullname)
-    if bench is None:
-        return None
-    if metric == primary_metric(bench):
-        return bench.median_s
-    value = bench.extra.get(metric)
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def _trends(
-    comparison: Comparison, verdicts: Sequence[Verdict], max_points: int
-) -> tuple[list[Trend], list[StepMark]]:
-    runs = [*comparison.baseline, comparison.current]
-    run_labels = [_run_label(r) for r in runs]  # once per run, not per benchmark and run
-    by_key = {(v.fullname, v.metric): v.verdict for v in verdicts}
-    trends: list[Trend] = []
-    steps: list[StepMark] = []
-    for fullname, bench in comparison.current.benchmarks.items():
-        metric = primary_metric(bench)
-        # the primary timing is the run's median round (the same statistic in every run)
-        values: list[float | None] = [
-            b.median_s if (b := r.benchmarks.get(fullname)) is not None else None for r in runs
-        ]
-        base_values = values[:-1]
-        bench_steps = _steps_for(fullname, metric, comparison.baseline, base_values)
-        steps.extend(bench_steps)
-        for scalar in SCALAR_TIMINGS:
-            if scalar in bench.extra:
-                scalar_values = [_metric_value(r, fullname, scalar) for r in comparison.baseline]
-                steps.extend(_steps_for(fullname, scalar, comparison.baseline, scalar_values))
-        pts = [(float(i), v, run_labels[i]) for i, v in enumerate(values) if v]
-        x, y, labels, aggregated = _downsample(
-            [p[0] for p in pts], [p[1] for p in pts], [p[2] for p in pts], max_points
-        )
-        trends.append(
-            Trend(
-                fullname=fullname,
-                cell_id=bench.cell_id,
-                metric=metric,
-                x=x,
-                y_s=y,
-                label=labels,
-                steps=tuple(bench_steps),
-                aggregated=aggregated,
-                verdict=by_key.get((fullname, metric)),
-            )
-        )
-    return trends, steps
-
-
-def _decode_curves(comparison: Comparison, max_points: int) -> list[DecodeCurve]:
-    curves: list[DecodeCurve] = []
-    last_base = comparison.baseline[-1] if comparison.baseline else None
-    for fullname, bench in comparison.current.benchmarks.items():
-        step_s = bench.extra.get("step_s")
-        if not isinstance(step_s, list) or not step_s:
-            continue
-        prompt = bench.params.get("prompt_len", bench.extra.get("prompt_len", 0))
-        p0 = int(prompt) if isinstance(prompt, int | float) else 0
-        base_bench = last_base.benchmarks.get(fullname) if last_base else None
-        base_steps = base_bench.extra.get("step_s") if base_bench else None
-        stride = max(1, math.ceil(len(step_s) / max_points))
-        idx = range(0, len(step_s), stride)
-        curves.append(
-            DecodeCurve(
-                fullname=fullname,
-                cell_id=bench.cell_id,
-                position=tuple(p0 + i + 1 for i in idx),
-                current_s=tuple(float(step_s[i]) for i in idx),
-                baseline_s=tuple(
-                    float(base_steps[i])
-                    if isinstance(base_steps, list) and i < len(base_steps)
-                    else None
-                    for i in idx
-                ),
-            )
-        )
-    return curves
-
-
-KV_FIELDS = (
-    "kv_bytes_per_token",
-    "kv_analytic_after_prefill_bytes",
-    "kv_measured_after_prefill_bytes",
-    "kv_analytic_final_bytes",
-    "kv_measured_final_bytes",
-    "kv_storage_final_bytes",
-)
-MEMORY_FIELDS = ("weights_bytes", "peak_allocated_bytes", "peak_reserved_bytes", "peak_rss_bytes")
-ROOFLINE_FIELDS = (
-    "prefill_flop_per_s",
-    "prefill_pct_of_peak_flops",
-    "decode_bytes_per_s",
-    "decode_pct_of_peak_bandwidth",
-    "peak_flop_per_s",
-    "peak_bandwidth_bytes_per_s",
-    "peak_source",
-)
-
-
-def _rows(run: Run, fields: Sequence[str], require_any: bool = True) -> list[TableRow]:
-    rows: list[TableRow] = []
-    for fullname, bench in run.benchmarks.items():
-        values: dict[str, float | str | None] = {}
-        for name in fields:
-            raw = bench.extra.get(name)
-            if isinstance(raw, bool):
-                values[name] = str(raw)
-            elif isinstance(raw, int | float | str):
-                values[name] = raw
-            else:
-                values[name] = None
-        if require_any and all(v is None for v in values.values()):
-            continue
-        rows.append(TableRow(fullname, bench.cell_id, bench.group, values))
-    return rows
-
-
-def _kv_rows(run: Run) -> list[TableRow]:
-    rows = []
-    for row in _rows(run, KV_FIELDS):
-        values = dict(row.values)
-        pairs = [
-            (
-                values.get("kv_analytic_after_prefill_bytes"),
-                values.get("kv_measured_after_prefill_bytes"),
-            ),
-            (values.get("kv_analytic_final_bytes"), values.get("kv_measured_final_bytes")),
-        ]
-        compared = [(a, m) for a, m in pairs if a is not None and m is not None]
-        values["match"] = (
-            ("yes" if all(a == m for a, m in compared) else "NO") if compared else None
-        )
-        rows.append(TableRow(row.fullname, row.cell_id, row.group, values))
-    return rows
-
-
-def _memory_rows(run: Run) -> list[TableRow]:
-    rows = []
-    for row in _rows(run, MEMORY_FIELDS):
-        labels = run.benchmarks[row.fullname].extra.get("memory_labels")
-        values = dict(row.values)
-        if isinstance(labels, dict):
-            values["label_allocated"] = str(labels.get("allocated", ""))
-            values["label_reserved"] = str(labels.get("reserved", ""))
-        rows.append(TableRow(row.fullname, row.cell_id, row.group, values))
-    return rows
-
-
-def _roofline_rows(run: Run, verdicts: Sequence[Verdict]) -> list[TableRow]:
-    mde = {v.fullname: v.mde for v in verdicts if v.kind == "timing"}
-    rows = []
-    for row in _rows(run, ROOFLINE_FIELDS):
-        values = dict(row.values)
-        values["mde"] = mde.get(row.fullname)
-        rows.append(TableRow(row.fullname, row.cell_id, row.group, values))
-    return rows
 
 
 def _env_diff(comparison: Comparison) -> list[EnvChange]:
@@ -390,10 +173,13 @@ def _methodology(run: Run, comparison: Comparison) -> dict[str, str]:
 
 
 def build_machine(
-    comparison: Comparison, verdicts: Sequence[Verdict], max_points: int
+    comparison: Comparison,
+    verdicts: Sequence[Verdict],
+    max_points: int,
+    max_runs: int | None = None,
 ) -> MachineReport:
-    """The `MachineReport` of one comparison given its (already BH-corrected) verdicts."""
-    trends, steps = _trends(comparison, verdicts, max_points)
+    """The `MachineReport` of one comparison given its (already Holm-corrected) verdicts."""
+    trend_list, steps = trends(comparison, verdicts, max_points)
     current = comparison.current
     return MachineReport(
         machine_id=comparison.machine_id,
@@ -403,20 +189,53 @@ def build_machine(
         baseline_rule=comparison.baseline_rule,
         history_count=len(comparison.history),
         verdicts=tuple(verdicts),
-        trends=tuple(trends),
+        trends=tuple(trend_list),
         steps=tuple(steps),
-        decode_curves=tuple(_decode_curves(comparison, max_points)),
-        kv_rows=tuple(_kv_rows(current)),
-        memory_rows=tuple(_memory_rows(current)),
-        roofline_rows=tuple(_roofline_rows(current, verdicts)),
+        decode_curves=tuple(decode_curves(comparison, max_points)),
+        kv_rows=tuple(kv_rows(current)),
+        memory_rows=tuple(memory_rows(current)),
+        roofline_rows=tuple(roofline_rows(current, verdicts)),
+        now=tuple(now_rows(current)),
+        grids=tuple(matrix_grids(current, verdicts)),
+        run_ticks=run_ticks(comparison),
+        stack_x=stack_positions(comparison),
         env=tuple(_env_diff(comparison)),
         methodology=_methodology(current, comparison),
         roofline=RooflineChart.from_benchmarks(current.benchmarks.values()),
+        stack_change=comparison.stack_change,
+        stack_marks=comparison.stack_marks,
+        removed=tuple(removed_cells(comparison, max_runs)),
+        partial=current.partial,
+        runmodes=tuple(comparison_tables(current.benchmarks.values())),
     )
 
 
 def _sort_key(v: Verdict) -> tuple[int, float]:
     return VERDICT_ORDER.index(v.verdict), -abs(math.log(v.ratio or 1.0))
+
+
+def _status(
+    machines: Sequence[MachineReport],
+    suspect_current: Sequence[str],
+    counts: Mapping[VerdictName, int],
+    verdicts: Sequence[Verdict],
+) -> tuple[Status, str]:
+    if not machines:
+        return "error", "no current run to judge"
+    if suspect_current:
+        return "error", f"{len(suspect_current)} unreadable file(s) may be the current run"
+    stack = "; ".join(f"stack changed: {m.stack_change_text}" for m in machines if m.stack_change)
+    suffix = f" ({stack})" if stack else ""
+    if counts["fail"] or counts["missing"]:
+        parts = []
+        if counts["fail"]:
+            parts.append(f"{counts['fail']} regression(s) beyond threshold and noise")
+        if counts["missing"]:
+            parts.append(f"{counts['missing']} baseline metric(s) missing from the current run")
+        return "fail", "; ".join(parts) + suffix
+    if not any(v.compared for v in verdicts):
+        return "no-baseline", "nothing was compared: no baseline run has these benchmarks"
+    return "pass", "no regression beyond threshold and noise" + suffix
 
 
 def build_report(
@@ -430,36 +249,38 @@ def build_report(
     artifact_url: str = "",
     max_points: int = 200,
 ) -> Report:
-    """Judge every comparison (BH across all of them together) and assemble the report.
+    """Judge every comparison (Holm across all of them together) and assemble the report.
 
     Status: `error` when nothing could be judged or a skipped file may be the current run;
-    else `fail` when any verdict is `fail`; else `pass`.
+    else `fail` when any verdict is `fail` or `missing` (a cell that did not run is not a
+    pass); else `no-baseline` when no verdict compared anything (all `new`): neutral, never
+    PASS; else `pass`. Every verdict of a machine whose stack changed names the change.
     """
     all_series = [
         (c, s)
         for c in selection.comparisons
         for s in comparison_series(c, config.max_baseline_runs)
     ]
-    verdicts = judge_suite([s for _, s in all_series], config)
+    changes = {c.machine_id: c.stack_change_text for c in selection.comparisons}
+    verdicts = [
+        replace(v, stack_change=changes.get(v.machine_id, ""))
+        for v in judge_suite([s for _, s in all_series], config)
+    ]
     per_machine: dict[str, list[Verdict]] = {}
     for v in verdicts:
         per_machine.setdefault(v.machine_id, []).append(v)
     machines = tuple(
-        build_machine(c, sorted(per_machine.get(c.machine_id, []), key=_sort_key), max_points)
+        build_machine(
+            c,
+            sorted(per_machine.get(c.machine_id, []), key=_sort_key),
+            max_points,
+            config.max_baseline_runs,
+        )
         for c in selection.comparisons
     )
     counts = summarize(verdicts)
     skipped = (*history.skipped, *extra_skipped)
-    status: Status
-    if not machines:
-        status, reason = "error", "no current run to judge"
-    elif suspect_current:
-        status = "error"
-        reason = f"{len(suspect_current)} unreadable file(s) may be the current run"
-    elif counts["fail"]:
-        status, reason = "fail", f"{counts['fail']} regression(s) beyond threshold and noise"
-    else:
-        status, reason = "pass", "no regression beyond threshold and noise"
+    status, reason = _status(machines, suspect_current, counts, verdicts)
     return Report(
         machines=machines,
         stale=selection.stale,

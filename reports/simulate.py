@@ -2,7 +2,8 @@
 
 `python -m reports simulate --seed 1` builds suites of `benchmarks` benchmarks with realistic
 noise (log-normal round noise of CV `round_cv`, a run effect of CV `run_cv` shared by the
-rounds of one run, occasional outlier rounds 1.5-3x slower), `baseline_runs` baseline runs and
+rounds of one run of one benchmark, a suite-wide run effect of CV `suite_run_cv` shared by every
+benchmark of a run, occasional outlier rounds 1.5-3x slower), `baseline_runs` baseline runs and
 `current_runs` current runs (re-runs of the PR commit, pooled by phasebench), then judges them
 three ways:
 
@@ -13,6 +14,9 @@ three ways:
 For the A/A scenario (nothing changed) it reports the share of suites with any `fail`; for each
 slowdown (5, 10, 15 %, applied to `slowed` benchmarks per suite) the share of slowed benchmarks
 that fail (detection) and the share of suites with a false `fail` among the unchanged ones.
+
+The issue-13 scenarios (torch upgrade, +4.5 %, burst run, shard retry, two local runs) are
+`reports.scenarios`; `python -m reports simulate` prints both tables.
 
 Deterministic for a given seed. Pure apart from printing in `format_table`.
 """
@@ -26,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from reports.analysis import AnalysisConfig, MetricSeries, judge_suite
+from reports.noise_model import estimate_run_effects
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,7 @@ class SimulationConfig:
     slowed: int = 10
     seed: int = 1
     current_runs: int = 1
+    suite_run_cv: float = 0.01
 
 
 @dataclass(frozen=True)
@@ -57,8 +63,10 @@ class ScenarioResult:
 GATES = ("phasebench", "compare-fail mean:5%", "compare-fail mean:10%")
 
 
-def _run(rng: random.Random, level_s: float, sim: SimulationConfig) -> tuple[float, ...]:
-    run_effect = rng.gauss(0.0, math.log1p(sim.run_cv))
+def _run(
+    rng: random.Random, level_s: float, sim: SimulationConfig, suite_effect: float
+) -> tuple[float, ...]:
+    run_effect = suite_effect + rng.gauss(0.0, math.log1p(sim.run_cv))
     rounds = []
     for _ in range(sim.rounds):
         value = level_s * math.exp(run_effect + rng.gauss(0.0, math.log1p(sim.round_cv)))
@@ -72,20 +80,34 @@ def simulate_suite(
     rng: random.Random, sim: SimulationConfig, slowdown: float
 ) -> tuple[list[MetricSeries], list[bool]]:
     """One synthetic suite: its series and which benchmarks were slowed by `slowdown`."""
-    series: list[MetricSeries] = []
-    slowed_flags: list[bool] = []
     slowed = set(rng.sample(range(sim.benchmarks), sim.slowed)) if slowdown > 0 else set()
-    for b in range(sim.benchmarks):
-        level = math.exp(rng.uniform(math.log(1e-3), math.log(2.0)))
-        baseline = tuple(_run(rng, level, sim) for _ in range(sim.baseline_runs))
+    sd = math.log1p(sim.suite_run_cv)
+    base_effects = [rng.gauss(0.0, sd) for _ in range(sim.baseline_runs)]
+    cur_effects = [rng.gauss(0.0, sd) for _ in range(sim.current_runs)]
+    levels = [math.exp(rng.uniform(math.log(1e-3), math.log(2.0))) for _ in range(sim.benchmarks)]
+    baselines = [tuple(_run(rng, lv, sim, e) for e in base_effects) for lv in levels]
+    # the gate removes each baseline run's suite-wide effect, estimated over all benchmarks
+    effects = estimate_run_effects(
+        [[math.log(statistics.median(b[r])) for b in baselines] for r in range(sim.baseline_runs)]
+    )
+    series: list[MetricSeries] = []
+    for b, level in enumerate(levels):
         factor = 1.0 + slowdown if b in slowed else 1.0
-        repeats = tuple(_run(rng, level * factor, sim) for _ in range(sim.current_runs - 1))
-        current = _run(rng, level * factor, sim)
+        runs = [_run(rng, level * factor, sim, e) for e in cur_effects]
         series.append(
-            MetricSeries("sim", f"bench_{b}", "time_s", "timing", baseline, current, repeats)
+            MetricSeries(
+                "sim",
+                f"bench_{b}",
+                "time_s",
+                "timing",
+                baselines[b],
+                runs[-1],
+                tuple(runs[:-1]),
+                effects.offsets,
+                effects.var,
+            )
         )
-        slowed_flags.append(b in slowed)
-    return series, slowed_flags
+    return series, [b in slowed for b in range(sim.benchmarks)]
 
 
 def compare_fail(series: MetricSeries, pct: float) -> bool:
@@ -143,9 +165,10 @@ def format_table(
     lines = [
         f"{sim.suites} suites x {sim.benchmarks} benchmarks; {sim.baseline_runs} baseline runs "
         f"x {sim.rounds} rounds; {sim.current_runs} current run(s); round CV "
-        f"{sim.round_cv:.0%}, run-to-run CV {sim.run_cv:.0%}, "
+        f"{sim.round_cv:.0%}, run-to-run CV {sim.run_cv:.0%} per benchmark + "
+        f"{sim.suite_run_cv:.0%} suite-wide, "
         f"outlier rounds {sim.outlier_prob:.0%} (1.5-3x); {sim.slowed} benchmarks slowed per "
-        f"suite; seed {sim.seed}; phasebench threshold {cfg.threshold:.0%}, BH level {cfg.alpha}",
+        f"suite; seed {sim.seed}; phasebench threshold {cfg.threshold:.0%}, Holm level {cfg.alpha}",
         "",
         "| scenario | gate | suites with a false fail | slowed benchmarks detected |",
         "| --- | --- | ---: | ---: |",

@@ -11,21 +11,23 @@ from typing import Any
 import pytest
 import torch
 
-from benchmarks.harness import calibration
+from benchmarks.harness import calibration_run
 from benchmarks.harness.calibration import (
     ENV_VAR,
     CalibrationError,
-    GateOutcome,
-    analyse,
     extra_info,
     maybe_inject_slowdown,
     parse_slowdown,
-    render_markdown,
-    schedule,
     slowdown_from_env,
     slowed,
+)
+from benchmarks.harness.calibration_analysis import (
+    GateOutcome,
+    analyse,
+    render_markdown,
     wilson_interval,
 )
+from benchmarks.harness.calibration_run import schedule
 from benchmarks.harness.compat import cache_kwarg
 from benchmarks.harness.engine import Engine, make_prompt
 from tests.engine_fakes import VOCAB, tiny_model
@@ -336,7 +338,7 @@ def test_bad_options_exit_2_with_one_line(
     argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Bad input runs nothing: one line on stderr naming the option, exit 2."""
-    assert calibration.main(argv) == 2
+    assert calibration_run.main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert needle in err
     assert "\n" not in err
@@ -345,8 +347,8 @@ def test_bad_options_exit_2_with_one_line(
 def test_reuse_refuses_runs_made_with_other_settings(tmp_path: Path) -> None:
     """--reuse only reuses runs of the same matrix, pytest arguments and thread settings."""
 
-    def plan(pytest_args: tuple[str, ...], reuse: bool) -> calibration.Plan:
-        return calibration.Plan(
+    def plan(pytest_args: tuple[str, ...], reuse: bool) -> calibration_run.Plan:
+        return calibration_run.Plan(
             matrix=Path("matrix/smoke.yaml").resolve(),
             aa_runs=2,
             slow_runs=0,
@@ -357,11 +359,11 @@ def test_reuse_refuses_runs_made_with_other_settings(tmp_path: Path) -> None:
             gate_args=(),
         )
 
-    calibration.check_reuse(plan(("-k", "llama"), reuse=False))
-    calibration.check_reuse(plan(("-k", "llama"), reuse=True))
+    calibration_run.check_reuse(plan(("-k", "llama"), reuse=False))
+    calibration_run.check_reuse(plan(("-k", "llama"), reuse=True))
     with pytest.raises(CalibrationError, match="--reuse"):
-        calibration.check_reuse(plan(("-k", "gpt2"), reuse=True))
-    calibration.check_reuse(plan(("-k", "gpt2"), reuse=False))  # a fresh run records anew
+        calibration_run.check_reuse(plan(("-k", "gpt2"), reuse=True))
+    calibration_run.check_reuse(plan(("-k", "gpt2"), reuse=False))  # a fresh run records anew
 
 
 TINY_MATRIX = """\
@@ -389,7 +391,7 @@ def test_end_to_end_on_a_tiny_matrix(tmp_path: Path, monkeypatch: pytest.MonkeyP
     out = tmp_path / "calibrate"
     argv = ["--matrix", str(matrix), "--aa-runs", "3", "--slow-runs", "1"]
     argv += ["--slowdowns", "0.5", "--out", str(out), "--pytest-args", "-k 'not overhead'"]
-    assert calibration.main(argv) == 0
+    assert calibration_run.main(argv) == 0
     result = json.loads((out / "calibration.json").read_text(encoding="utf-8"))
     assert result["schema"] == 1
     assert [r["slowdown"] for r in result["runs"]].count(0.0) == 3
@@ -408,3 +410,82 @@ def test_end_to_end_on_a_tiny_matrix(tmp_path: Path, monkeypatch: pytest.MonkeyP
     text = (out / "calibration.md").read_text(encoding="utf-8")
     assert "MDE" in text
     assert "Reproduce:" in text
+
+
+# --- --ab: A/B and history mode from the same runs ---------------------------------------------
+
+
+def _ab_doc(verdicts: list[str], mde: float = 0.03) -> dict[str, Any]:
+    return {
+        "schema": 1,
+        "status": "fail" if "fail" in verdicts else "pass",
+        "benchmarks": [
+            {
+                "fullname": f"b{i}",
+                "metric": "decode_step_s",
+                "kind": "timing",
+                "verdict": v,
+                "ratio": 1.0,
+                "mde": mde,
+                "threshold": 0.05,
+            }
+            for i, v in enumerate(verdicts)
+        ],
+    }
+
+
+def test_ab_runs_slow_the_head_only_and_measure_with_the_head_apparatus(tmp_path: Path) -> None:
+    from benchmarks.harness.calibration_ab import ab_command  # noqa: PLC0415
+
+    plan = calibration_run.Plan(
+        matrix=tmp_path / "m.yaml", aa_runs=2, slow_runs=1, slowdowns=(0.1,), out=tmp_path,
+        reuse=False, pytest_args=("-k", "llama"), gate_args=("--threshold", "0.02"),
+    )  # fmt: skip
+    spec = calibration_run.RunSpec("slow-10pct-01", 0.1)
+    command = ab_command(plan, spec, 30, "HEAD", 3)
+    joined = " ".join(command)
+    assert f"--base-env {ENV_VAR}=0 " in joined
+    assert f"--head-env {ENV_VAR}=0.1 " in joined
+    assert "--apparatus head" in joined
+    assert "--pairs 30" in joined
+    assert command[-4:] == ["--threshold", "0.02", "-k", "llama"]
+    assert str(tmp_path / "runs" / "slow-10pct-01") in command
+
+
+def test_ab_report_puts_both_modes_side_by_side() -> None:
+    from benchmarks.harness.calibration_ab import render_both  # noqa: PLC0415
+
+    ab_outcomes = [
+        GateOutcome("aa-01", 0.0, _ab_doc(["pass", "pass"])),
+        GateOutcome("aa-02", 0.0, _ab_doc(["pass", "inconclusive"])),
+        GateOutcome("slow-10pct-01", 0.1, _ab_doc(["fail", "fail"])),
+    ]
+    history_outcomes = [
+        GateOutcome("aa-01", 0.0, _ab_doc(["fail", "pass"], mde=0.4)),
+        GateOutcome("aa-02", 0.0, _ab_doc(["pass", "pass"], mde=0.4)),
+        GateOutcome("slow-10pct-01", 0.1, _ab_doc(["inconclusive", "pass"], mde=0.4)),
+    ]
+    result = {
+        "context": {
+            "matrix": "m.yaml",
+            "aa_runs": 2,
+            "slow_runs": 1,
+            "slowdowns": [0.1],
+            "pairs": 30,
+            "created": "now",
+            "command": "cmd",
+        },
+        "ab": analyse(ab_outcomes),
+        "history": analyse(history_outcomes),
+    }
+    text = render_both(result)
+    table = text.split("## A/B mode")[0]
+    assert "| A/A runs with any `fail` | 0/2 (0.0 %) | 1/2 (50.0 %) |" in table
+    assert "| 10 % slowdown: timings caught | 2/2 (100.0 %) | 0/2 (0.0 %) |" in table
+    assert "| timing MDE, median | 3.0 % | 40.0 % |" in table
+    assert "## History mode" in text
+
+
+def test_ab_calibration_refuses_too_few_pairs(tmp_path: Path) -> None:
+    argv = ["--ab", "--pairs", "2", "--aa-runs", "2", "--out", str(tmp_path / "o")]
+    assert calibration_run.main(argv) == 2

@@ -80,22 +80,69 @@ def test_measure_cache_grows_4_5_6_positions(capsys):
 
 @pytest.mark.parametrize("name", ["tiny-mistral-sw", "tiny-gemma2", "tiny-gpt2", "tiny-qwen2-sw"])
 def test_measure_matches_analytic_past_the_sliding_window(capsys, name):
-    if name == "tiny-gemma2" and Version(transformers.__version__) < Version("4.56"):
-        pytest.skip("4.x Gemma-2 builds a prompt-sized HybridCache, not the dynamic cache")
     status, report, err = run(capsys, "kv", name, "--prompt-len", "20", "--new-tokens", "4",
                               "--batch", "2", "--measure", "--dtype", "bfloat16")  # fmt: skip
+    if name == "tiny-gemma2" and Version(transformers.__version__) < Version("4.56"):
+        # The engine refuses it there (it would decode wrongly past the window): one line, 2.
+        assert status == 2
+        assert "HybridCache" in err
+        assert len(err.strip().splitlines()) == 1
+        return
     assert (status, report["match"]) == (0, True), err
     assert report["measured"]["storage_final_bytes"] >= report["measured"]["final_bytes"]
 
 
 def test_a_mismatch_exits_1(capsys, monkeypatch):
     def wrong(request):
-        return {"after_prefill_bytes": 0, "final_bytes": 0, "per_step_bytes": [0, 0]}
+        return {"after_prefill_bytes": 0, "final_bytes": 0, "per_step_bytes": [0, 0],
+                "state_bytes": 0}  # fmt: skip
 
     monkeypatch.setattr(cli, "measure", wrong)
     status, report, _ = run(capsys, "kv", "tiny-llama", "--prompt-len", "4", "--new-tokens", "2",
                             "--measure")  # fmt: skip
     assert (status, report["match"]) == (1, False)
+
+
+@pytest.mark.parametrize("family", ["qwen3_next", "jamba"])
+def test_kv_reports_the_fixed_state_of_hybrid_layers_beside_kv_and_measures_it(
+    capsys, tmp_path, family
+):
+    """Gated DeltaNet / Mamba layers: `state_bytes` (conv + recurrent, per stateful layer) is in
+    the output next to the KV, and `--measure` finds exactly it in the real cache."""
+    from tests.kv_configs import FAMILIES  # noqa: PLC0415
+
+    config = FAMILIES[family]()
+    config.save_pretrained(tmp_path)
+    status, report, err = run(capsys, "kv", str(tmp_path / "config.json"), "--prompt-len", "10",
+                              "--new-tokens", "3", "--batch", "2", "--measure",
+                              "--dtype", "bfloat16")  # fmt: skip
+    assert (status, report["match"]) == (0, True), err
+    assert report["state_bytes"] > 0
+    assert report["state_bytes"] == report["measured"]["state_bytes"]
+    assert sum(layer["bytes"] for layer in report["state_layers"]) == report["state_bytes"]
+    assert [layer["index"] for layer in report["state_layers"]] == [0, 2]
+    assert report["state_layers"][0]["conv_shape"][0] == 2  # batch
+
+
+def test_a_state_mismatch_exits_1(capsys, monkeypatch, tmp_path):
+    from tests.kv_configs import FAMILIES  # noqa: PLC0415
+
+    FAMILIES["qwen3_next"]().save_pretrained(tmp_path)
+    real = cli.measure
+
+    def off_by_one(request):
+        measured = real(request)
+        return {**measured, "state_bytes": measured["state_bytes"] + 1}
+
+    monkeypatch.setattr(cli, "measure", off_by_one)
+    status, report, _ = run(capsys, "kv", str(tmp_path / "config.json"), "--prompt-len", "4",
+                            "--new-tokens", "2", "--measure", "--dtype", "float32")  # fmt: skip
+    assert (status, report["match"]) == (1, False)
+
+
+def test_a_pure_attention_model_has_no_state(capsys):
+    _, report, _ = run(capsys, *QWEN_15B)
+    assert (report["state_bytes"], report["state_layers"]) == (0, [])
 
 
 @pytest.mark.skipif(

@@ -190,3 +190,46 @@ def test_copy_cache_clones_state_it_does_not_know_to_be_append_only():
     with torch.inference_mode():  # where the engine's model writes into its cache
         copied.state.add_(1)
     assert torch.equal(original.state, torch.zeros(3))
+
+
+@pytest.mark.parametrize("model_type", ["llama", "gpt2"])
+def test_copy_cache_onto_a_device_copies_every_tensor_and_decodes_the_same(model_type):
+    """A host snapshot (`device=`): nothing shared with the original, same contents, and a copy
+    back from it continues the sequence exactly as the original cache does."""
+    model = tiny_model(model_type)
+    kwarg = compat.cache_kwarg(model)
+    ids = torch.arange(6).reshape(1, 6)
+    with torch.inference_mode():
+        outputs = model(input_ids=ids, use_cache=True)
+    cache = compat.adopt_cache(model, compat.output_cache(outputs))
+    snapshot = compat.copy_cache(cache, "cpu")
+    originals = {t.untyped_storage()._cdata for t in compat._all_tensors(cache)}
+    copies = list(compat._all_tensors(snapshot))
+    assert copies
+    assert not originals & {t.untyped_storage()._cdata for t in copies}
+    assert torch.equal(_first_keys(snapshot), _first_keys(cache))
+    token = torch.tensor([[7]])
+    with torch.inference_mode():
+        restored = compat.copy_cache(snapshot, "cpu")
+        again = model(input_ids=token, use_cache=True, **{kwarg: restored}).logits
+        expected = model(input_ids=token, use_cache=True, **{kwarg: cache}).logits
+    assert torch.equal(again, expected)
+    assert compat.cache_seq_length(snapshot) == 6  # the snapshot itself never moved on
+
+
+def test_all_tensors_reaches_nested_state_once():
+    shared = torch.ones(2)
+
+    class Layer:
+        def __init__(self) -> None:
+            self.conv_states = {0: shared}
+            self.keys = torch.zeros(3)
+            self.alias = shared
+
+    class Cache:
+        def __init__(self) -> None:
+            self.layers = [Layer(), Layer()]
+
+    found = list(compat._all_tensors(Cache()))
+    assert sum(t is shared for t in found) == 1
+    assert len(found) == 3

@@ -97,3 +97,28 @@ def test_linux_cpu_model_comes_from_proc_cpuinfo(tmp_path, monkeypatch):
     monkeypatch.setattr(fingerprint.platform, "system", lambda: "Linux")
     monkeypatch.setattr(fingerprint, "Path", lambda _: cpuinfo)
     assert fingerprint._cpu_model() == "Fake CPU @ 3.00GHz"
+
+
+# ---- hardware_id and stack (H1, issue 13) ---------------------------------------------------
+
+
+def test_hardware_id_survives_a_software_upgrade_but_not_a_new_gpu():
+    fp = machine_fingerprint()
+    hid = fingerprint.hardware_id(fp)
+    assert re.fullmatch(r"hw[0-9a-f]{8}", hid)
+    for key, value in (("torch", "9.9.9"), ("transformers", "0.1"), ("driver", "999.1")):
+        assert fingerprint.hardware_id({**fp, key: value}) == hid
+    assert fingerprint.hardware_id({**fp, "os_release": "7.0.0-1"}) == hid
+    for key in ("cpu", "cpu_count", "accelerator", "accelerator_memory_bytes", "arch"):
+        assert fingerprint.hardware_id({**fp, key: "other"}) != hid
+    assert fingerprint.hardware_id({**fp, "os": "Darwin 24.1"}) != hid
+
+
+def test_stack_holds_the_software_fields_and_nothing_of_the_hardware():
+    fp = machine_fingerprint()
+    stack = fingerprint.stack(fp)
+    assert stack["torch"] == torch.__version__
+    assert stack["transformers"] == transformers.__version__
+    assert set(stack) <= set(fingerprint.STACK_FIELDS)
+    assert not set(stack) & set(fingerprint.HARDWARE_FIELDS)
+    assert {"torch", "transformers", "python", "driver", "runtime"} <= set(stack)

@@ -17,8 +17,10 @@ import torch
 import transformers
 from packaging.version import Version
 
+from benchmarks.harness.errors import KVError
 from benchmarks.harness.kv import SLIDING_TRIM_SINCE, analytic_kv, kv_bytes_per_token
-from tests.kv_configs import FAMILIES, WINDOW, build_tiny, run_loop
+from benchmarks.harness.kv_state import analytic_state
+from tests.kv_configs import FAMILIES, WINDOW, build_tiny, config_for, run_loop
 
 PROMPT_LEN = 10
 NEW_TOKENS = 4
@@ -76,3 +78,49 @@ def test_sliding_layers_stop_growing_at_window_minus_one_on_recent_transformers(
     held = {layer.k_shape[2] for layer in layout.layers}
     trims = Version(transformers.__version__) >= SLIDING_TRIM_SINCE
     assert held == ({WINDOW - 1} if trims else {3 * WINDOW})
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_analytic_state_equals_measured_state_after_prefill_and_every_step(family, dtype):
+    """Fixed conv/recurrent state: `kv_state.analytic_state` == measured `state_bytes`, every
+    family (0 for pure attention), batch 1 and 2; per layer for the hybrids."""
+    config = FAMILIES[family]()
+    model = build_tiny(config).to(dtype)
+    for batch in (1, 2):
+        layout = analytic_state(config, dtype=dtype, batch=batch)
+        steps = list(run_loop(model, batch=batch, prompt_len=PROMPT_LEN, new_tokens=3))
+        for step in steps:
+            assert step.measurement.state_bytes == layout.total_bytes, (family, batch, step)
+    hybrid = family in ("jamba", "qwen3_next")
+    assert (layout.total_bytes > 0) == hybrid
+    if hybrid:
+        layers = analytic_kv(config, dtype=dtype, batch=1, seq_len=1).layers
+        kinds = [layer.kind for layer in layers]
+        assert [layer.index for layer in layout.layers] == [
+            i for i, kind in enumerate(kinds) if kind != "full_attention"
+        ]
+
+
+def test_qwen3_next_80b_state_is_the_measured_74_mib_beside_12_mib_of_kv():
+    """The public Qwen3-Next-80B-A3B config, bf16, P = 512 (FACTS §7, measured on 5.24):
+    12,582,912 B of K/V in 12 attention layers, 77,856,768 B of state in 36 linear ones."""
+    config = config_for(
+        "qwen3_next",
+        hidden_size=2048, num_hidden_layers=48, full_attention_interval=4, num_attention_heads=16,
+        num_key_value_heads=2, head_dim=256, linear_num_key_heads=16, linear_key_head_dim=128,
+        linear_num_value_heads=32, linear_value_head_dim=128, linear_conv_kernel_dim=4,
+        vocab_size=151936, max_position_embeddings=262144,
+    )  # fmt: skip
+    state = analytic_state(config, dtype=torch.bfloat16, batch=1)
+    kv = analytic_kv(config, dtype=torch.bfloat16, batch=1, seq_len=512)
+    assert len(state.layers) == 36
+    assert kv.total_bytes == 12_582_912
+    assert state.total_bytes == 77_856_768
+
+
+def test_an_unverified_stateful_family_is_refused_not_guessed():
+    config = FAMILIES["jamba"]()
+    config.model_type = "not_jamba"
+    with pytest.raises(KVError, match="has not verified"):
+        analytic_state(config, dtype=torch.float32, batch=1)

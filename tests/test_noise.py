@@ -138,6 +138,11 @@ def test_nvidia_reader_without_pynvml_returns_nothing(monkeypatch):
     assert nvidia_clocks(0) == {}
 
 
+def one_gpu(index):
+    """torch's UUID of its only GPU."""
+    return "0000aaaa" if index == 0 else None
+
+
 def fake_nvml(*, fail_init=False, fail_temperature=False):
     def init():
         if fail_init:
@@ -152,6 +157,8 @@ def fake_nvml(*, fail_init=False, fail_temperature=False):
         nvmlInit=init,
         nvmlShutdown=lambda: None,
         nvmlDeviceGetHandleByIndex=lambda i: f"gpu{i}",
+        nvmlDeviceGetCount=lambda: 1,
+        nvmlDeviceGetUUID=lambda h: "GPU-0000aaaa",
         nvmlDeviceGetClockInfo=lambda h, kind: {"sm": 1980, "mem": 2619}[kind],
         nvmlDeviceGetMaxClockInfo=lambda h, kind: 1980,
         nvmlDeviceGetTemperature=temperature,
@@ -166,8 +173,9 @@ def fake_nvml(*, fail_init=False, fail_temperature=False):
 
 
 def test_nvidia_reader_reports_clocks_in_hz_temperature_and_throttle_reasons():
-    state = nvidia_clocks(0, nvml=fake_nvml())
+    state = nvidia_clocks(0, nvml=fake_nvml(), torch_uuid=one_gpu, environ={})
     assert state == {
+        "gpu_nvml_index": 0,
         "gpu_sm_clock_hz": 1_980_000_000,
         "gpu_mem_clock_hz": 2_619_000_000,
         "gpu_max_sm_clock_hz": 1_980_000_000,
@@ -177,8 +185,10 @@ def test_nvidia_reader_reports_clocks_in_hz_temperature_and_throttle_reasons():
 
 
 def test_nvidia_reader_survives_failing_queries_and_init():
-    assert nvidia_clocks(0, nvml=fake_nvml(fail_init=True)) == {}
-    partial = nvidia_clocks(0, nvml=fake_nvml(fail_temperature=True))
+    assert nvidia_clocks(0, nvml=fake_nvml(fail_init=True), torch_uuid=one_gpu, environ={}) == {}
+    partial = nvidia_clocks(
+        0, nvml=fake_nvml(fail_temperature=True), torch_uuid=one_gpu, environ={}
+    )
     assert "gpu_temperature_c" not in partial
     assert partial["gpu_sm_clock_hz"] == 1_980_000_000
 

@@ -1,15 +1,28 @@
-"""Overhead: engine vs bare loop vs HF generate, interleaved, with the N = 1/2 edge cases."""
+"""Overhead: engine vs bare loop vs HF generate, interleaved, with the N = 1/2 edge cases.
+
+The ratio is not 1.0 by construction: a known delay injected into the engine's per-step
+bookkeeping moves `engine_generate_token_s` and `overhead_vs_bare` by the expected amount.
+"""
 
 from __future__ import annotations
 
+import functools
 import math
+import time
 
 import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
+from benchmarks.harness import devices, engine
 from benchmarks.harness.errors import EngineError
-from benchmarks.harness.overhead import hf_generate, measure_overhead, per_token_s, ratio
+from benchmarks.harness.overhead import (
+    BareLoop,
+    hf_generate,
+    measure_overhead,
+    per_token_s,
+    ratio,
+)
 
 CPU = torch.device("cpu")
 
@@ -31,39 +44,122 @@ def tiny_llama():
     return AutoModelForCausalLM.from_config(config).eval()
 
 
+class ShiftedClock:
+    """`devices.time` with a perf_counter that a test can move forward: an exact, injected
+    delay inside the measured regions, however busy the machine is (no sleeping)."""
+
+    offset_s = 0.0
+    process_time = staticmethod(time.process_time)
+
+    @classmethod
+    def perf_counter(cls) -> float:
+        return time.perf_counter() + cls.offset_s
+
+    @classmethod
+    def advance(cls, seconds: float) -> None:
+        cls.offset_s += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch) -> type[ShiftedClock]:
+    monkeypatch.setattr(ShiftedClock, "offset_s", 0.0)
+    monkeypatch.setattr(devices, "time", ShiftedClock)
+    return ShiftedClock
+
+
+@pytest.fixture
+def slow_decode(tiny_llama, monkeypatch, clock) -> None:
+    """Every decode forward "takes" 1 s more on the measuring clock: the decode part of each
+    loop stays far above a busy machine's noise, so no figure drowns (and becomes None)."""
+    forward = tiny_llama.forward
+
+    @functools.wraps(forward)  # the engine reads the forward's signature
+    def slow(*args, **kwargs):
+        if kwargs["input_ids"].shape[-1] == 1:
+            clock.advance(1.0)
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(tiny_llama, "forward", slow)
+
+
 def prompt(batch: int = 1, length: int = 8) -> torch.Tensor:
     return torch.randint(0, 128, (batch, length), generator=torch.Generator().manual_seed(0))
 
 
-def test_ratios_on_a_tiny_model_are_finite_and_positive(tiny_llama):
+def test_ratios_on_a_tiny_model_are_finite_and_positive(tiny_llama, slow_decode):
     result = measure_overhead(tiny_llama, CPU, prompt(), 6, rounds=3)
     figures = (
         result.prefill_s,
-        result.engine_step_s,
-        result.bare_step_s,
+        result.bare_generate_token_s,
         result.engine_generate_token_s,
         result.hf_generate_token_s,
         result.overhead_vs_bare,
         result.overhead_vs_hf_generate,
     )
     assert all(f is not None and math.isfinite(f) and f > 0 for f in figures), result
-    assert result.overhead_vs_bare == pytest.approx(result.engine_step_s / result.bare_step_s)
+    assert result.overhead_vs_bare == pytest.approx(
+        result.engine_generate_token_s / result.bare_generate_token_s
+    )
     assert (result.new_tokens, result.rounds) == (6, 3)
+
+
+def test_a_known_per_step_delay_in_the_bookkeeping_moves_the_ratio_by_the_expected_amount(
+    tiny_llama, monkeypatch, clock
+):
+    """A delay d in the engine's KV measurement, which runs at N bookkeeping points per
+    generation (after token 1 and after each step): the engine's per-token time grows by
+    N * d / (N - 1), and the ratio by that over the bare per-token time.
+
+    The delay is injected into the clock the measurement reads (`devices.timed`), not slept:
+    exact, and large enough (5 s) that a busy machine's scheduling noise cannot hide it.
+    """
+    new_tokens, delay_s, rounds = 3, 5.0, 3
+    plain = measure_overhead(tiny_llama, CPU, prompt(), new_tokens, rounds=rounds)
+    points: list[int] = []
+    real_measure = engine.measure_kv
+
+    def slow_measure(cache):
+        points.append(1)
+        clock.advance(delay_s)
+        return real_measure(cache)
+
+    monkeypatch.setattr(engine, "measure_kv", slow_measure)
+    delayed = measure_overhead(tiny_llama, CPU, prompt(), new_tokens, rounds=rounds)
+    generations = 1 + rounds  # the untimed first call and the rounds
+    assert len(points) == generations * new_tokens  # N bookkeeping points per generation
+
+    expected_s = new_tokens * delay_s / (new_tokens - 1)
+    assert plain.engine_generate_token_s is not None
+    assert delayed.engine_generate_token_s is not None
+    grown_s = delayed.engine_generate_token_s - plain.engine_generate_token_s
+    assert grown_s == pytest.approx(expected_s, rel=0.1)
+    bare_s = delayed.bare_generate_token_s
+    assert bare_s is not None
+    assert bare_s < expected_s / 10  # the bare loop runs no bookkeeping
+    moved = delayed.overhead_vs_bare - plain.engine_generate_token_s / bare_s
+    assert moved == pytest.approx(expected_s / bare_s, rel=0.1)
+    assert delayed.hf_generate_token_s is not None
+    assert delayed.hf_generate_token_s < expected_s / 10  # nor does HF generate
+
+
+def test_the_bare_loop_generates_the_engines_tokens(tiny_llama):
+    ids = prompt(batch=2)
+    ours = engine.Engine(tiny_llama, CPU).generate(ids, 5).generated_ids
+    assert torch.equal(BareLoop(tiny_llama, CPU).generate(ids, 5), ours)
 
 
 def test_one_new_token_has_no_decode_figures(tiny_llama):
     result = measure_overhead(tiny_llama, CPU, prompt(), 1, rounds=2)
     assert result.prefill_s > 0
-    assert result.engine_step_s is None
-    assert result.bare_step_s is None
+    assert result.engine_generate_token_s is None
+    assert result.bare_generate_token_s is None
     assert result.overhead_vs_bare is None
     assert result.overhead_vs_hf_generate is None
 
 
-def test_two_new_tokens_measure_the_single_decode_step(tiny_llama):
+def test_two_new_tokens_measure_the_single_decode_step(tiny_llama, slow_decode):
     result = measure_overhead(tiny_llama, CPU, prompt(batch=2), 2, rounds=1, warmup_rounds=0)
-    assert result.engine_step_s is not None
-    assert result.bare_step_s is not None
+    assert result.bare_generate_token_s is not None
     assert result.overhead_vs_bare is not None
 
 

@@ -63,18 +63,44 @@ def test_generation_metrics_name_every_unit_and_take_itl_from_client_gaps():
         kv_bytes_after_prefill=100,
         kv_bytes_per_step=(104, 108, 112),
     )
-    metrics = generation_metrics(figures, prompt_len=25)
+    metrics = generation_metrics([figures], prompt_len=25)
     assert metrics["tpot_s"] == pytest.approx(0.1)
     assert metrics["itl_p50_s"] == metrics["itl_p99_s"] == pytest.approx(0.1)
     assert metrics["step_s"] == [0.09, 0.1, 0.1]
     assert metrics["kv_bytes_per_step"] == [104, 108, 112]
+    assert (metrics["itl_samples"], metrics["ttft_samples"], metrics["e2e_samples"]) == (3, 1, 1)
     json.dumps(metrics)
+
+
+def _round(ttft_s: float, gaps: tuple[float, ...], e2e_s: float = 9.9) -> GenerationFigures:
+    return GenerationFigures(e2e_s, ttft_s, ttft_s / 2, gaps, gaps, 100, (104,) * len(gaps))
+
+
+def test_generation_metrics_pool_every_round_and_say_how_many_samples_p99_rests_on():
+    """ITL percentiles over the gaps of all rounds, TTFT the median over rounds, e2e the
+    benchmark's own rounds: a slow round that is not the last still shows."""
+    rounds = [_round(0.2, (0.1, 0.1)), _round(0.4, (0.5, 0.1)), _round(0.3, (0.1, 0.1))]
+    metrics = generation_metrics(rounds, prompt_len=10, e2e_rounds_s=[1.0, 3.0, 2.0])
+    assert metrics["e2e_s"] == 2.0  # the median of the gated statistic's own rounds
+    assert metrics["ttft_s"] == pytest.approx(0.3)
+    assert metrics["tpot_s"] == pytest.approx((2.0 - 0.3) / 2)
+    assert metrics["itl_samples"] == 6
+    assert metrics["itl_p99_s"] == pytest.approx(percentile([0.1] * 5 + [0.5], 99))
+    assert metrics["itl_p99_s"] > 0.45  # the second round's slow gap is not lost
+    assert metrics["step_s"] == [0.1, 0.1]  # per-position medians over rounds
+    assert metrics["step_samples"] == 6
+
+
+def test_generation_metrics_without_benchmark_rounds_use_the_rounds_own_e2e():
+    metrics = generation_metrics([_round(0.2, (0.1,), e2e_s=0.35)], prompt_len=4)
+    assert metrics["e2e_s"] == 0.35
 
 
 def test_generation_metrics_of_one_token_have_no_itl_or_tpot():
     figures = GenerationFigures(0.2, 0.2, 0.19, (), (), 100, ())
-    metrics = generation_metrics(figures, prompt_len=25)
+    metrics = generation_metrics([figures], prompt_len=25)
     assert metrics["tpot_s"] is metrics["itl_p50_s"] is metrics["decode_slope_s_per_ktok"] is None
+    assert metrics["itl_samples"] == 0
 
 
 def test_kv_check_names_every_point_that_differs():

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from reports.cli import main
+from tests.data.reports.make_history import Cell, RunSpec, current_spec, write_history
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data" / "reports"
@@ -113,3 +114,96 @@ def test_screenshot_is_kept_for_review(chromium, report_page, tmp_path):
     keep = ROOT / "out"
     keep.mkdir(exist_ok=True)
     shutil.copy(shot, keep / "report-screenshot.png")
+
+
+@pytest.fixture(scope="module")
+def stack_change_page(tmp_path_factory):
+    """12 main runs on torch 2.13.0, then a PR run on torch 2.14.1 whose decode is 30 % slower."""
+    hist = tmp_path_factory.mktemp("stack-history")
+    out = tmp_path_factory.mktemp("stack-report")
+    cells = tuple(
+        Cell(model=m, dtype=d, prompt_len=p, new_tokens=8)
+        for m in ("tiny-llama", "tiny-qwen")
+        for d in ("float32", "bfloat16")
+        for p in (32, 128)
+    )
+    hw = {"hardware_id": "hw1234abcd", "round_cv": 0.01, "run_cv": 0.01}
+    write_history(
+        hist,
+        12,
+        seed=3,
+        cells=cells,
+        base=RunSpec(commit="", when=current_spec().when, **hw),
+        current=current_spec(days_after=13, slowdown={"decode": 0.3}, torch="2.14.1", **hw),
+    )
+    assert main(["render", "--history", str(hist), "--out", str(out)]) == 0
+    return out / "index.html"
+
+
+def test_new_sections_render_the_stack_change_now_table_grid_and_axis_ticks(
+    chromium, stack_change_page, tmp_path
+):
+    proc = headless(chromium, tmp_path, "--dump-dom", stack_change_page.as_uri() + "#all-charts")
+    dom = proc.stdout
+    assert errors_in(dom) == []
+    # the stack diff at the top, naming the field and both versions
+    box = re.search(r'<div class="stack-change"[^>]*>(.*?)</div>', dom, re.S)
+    assert box is not None
+    assert "<code>torch</code></td><td>2.13.0</td><td>2.14.1</td>" in box.group(1)
+    # the llama-bench style table: one row per cell with throughput filled in
+    now = re.search(r'<table[^>]*id="m0-nowtable"[^>]*>(.*?)</table>', dom, re.S)
+    assert now is not None
+    assert now.group(1).count("<tr>") == 1 + 8  # header + 8 cells
+    assert "tok/s" in now.group(1)
+    # the matrix overview: decode panels are red (fail), one square per model x prompt length
+    grids = re.findall(
+        r'<table class="grid compact" data-grid="([^"]+)"[^>]*>(.*?)</table>', dom, re.S
+    )
+    decode = [body for title, body in grids if title.startswith("decode")]
+    assert len(decode) == 2  # float32 and bfloat16
+    assert all(body.count('data-verdict="fail"') == 4 for body in decode)
+    # trend charts: commit short SHA and date on the x axis, the stack change drawn
+    trend = re.search(r'<div class="chart"([^>]*data-kind="trend"[^>]*)>', dom)
+    assert trend is not None
+    ticks = re.search(r'data-ticks="([^"]*)"', trend.group(1))
+    assert ticks is not None
+    assert re.search(r"[0-9a-f]{7}\n01-\d\d", ticks.group(1).replace("&#10;", "\n"))
+    assert 'data-stack-marks="1"' in trend.group(1)
+    # the methodology states the rule
+    assert "1 + threshold" in dom
+    assert "Holm" in dom
+
+
+def test_the_run_mode_section_renders_with_its_axes_and_the_grid_keeps_modes_in_rows(
+    chromium, tmp_path
+):
+    from tests.test_runmode_table import FACTORS, run_mode_history  # noqa: PLC0415 - shared data
+
+    out = tmp_path / "out"
+    assert main(["render", "--history", str(run_mode_history(tmp_path)), "--out", str(out)]) == 0
+    proc = headless(chromium, tmp_path, "--dump-dom", (out / "index.html").as_uri())
+    dom = proc.stdout
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert errors_in(dom) == []
+    assert 'id="m0-runmodes"' in dom
+    tables = re.findall(r'<table class="runmode compact" data-runmode="([^"]+)"[^>]*>(.*?)</table>',
+                        dom, re.S)  # fmt: skip
+    assert len(tables) == 3  # the synthetic suite's three cells
+    for _title, body in tables:
+        assert "<th>sdpa \u00d7 dynamic</th>" in body
+        assert "<th>sdpa \u00d7 static</th>" in body
+        assert body.count("compile none</th>") == 1
+        assert body.count("compile default</th>") == 1
+        rates = {}
+        for row, cells in re.findall(r"<tr><th>sdpa \u00d7 (\w+)</th>(.*?)</tr>", body, re.S):
+            values = re.findall(r'data-tok-per-s="([^"]+)"', cells)
+            rates[(row, "none")], rates[(row, "default")] = map(float, values)
+        # the rates keep the ratios the history was written with
+        for key, factor in FACTORS.items():
+            assert rates[key] / rates[("dynamic", "none")] == pytest.approx(factor)
+    # the run-mode axes are rows of one decode panel per dtype/batch, not a panel per mode
+    grids = re.findall(r'<table class="grid compact" data-grid="([^"]+)"', dom)
+    assert not any("attention=" in g for g in grids)
+    shot = tmp_path / "runmode.png"
+    proc = headless(chromium, tmp_path, f"--screenshot={shot}", (out / "index.html").as_uri())
+    assert shot.stat().st_size > 50_000

@@ -64,3 +64,23 @@ def test_robust_sigma_ignores_a_level_shift():
     rng = random.Random(5)
     values = noisy(rng, 500, sigma=0.03) + noisy(rng, 500, sigma=0.03, level=1.0)
     assert robust_sigma(values) == pytest.approx(0.03, rel=0.1)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_two_burst_runs_in_a_row_are_not_two_steps(seed):
+    """A load burst over two consecutive runs (1.8x) is neither one step nor two."""
+    rng = random.Random(100 + seed)
+    values = noisy(rng, 30, sigma=0.01)
+    at = rng.randrange(3, 26)
+    values[at] += math.log(1.8)
+    values[at + 1] += math.log(1.8)
+    assert detect_steps(values) == []
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_real_step_is_still_found_at_its_run_next_to_a_burst(seed):
+    rng = random.Random(200 + seed)
+    values = noisy(rng, 20, sigma=0.01) + noisy(rng, 20, sigma=0.01, level=math.log(1.2))
+    values[8] += math.log(1.8)
+    (step,) = detect_steps(values)
+    assert step.index == 20

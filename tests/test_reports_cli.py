@@ -16,9 +16,10 @@ import pytest
 from reports.analysis import AnalysisConfig, Verdict
 from reports.cli import main, parse_thresholds
 from reports.errors import ReportError
-from reports.history import History, Run, Selection
+from reports.history import History, Run
 from reports.render import GITHUB_COMMENT_LIMIT, render_summary
 from reports.report import MachineReport, build_report
+from reports.selection import Selection
 from tests.data.reports.make_history import (
     Cell,
     RunSpec,
@@ -240,7 +241,7 @@ def test_summary_fits_a_github_comment_with_5000_failing_benchmarks():
             ci_low=1.3,
             ci_high=1.7,
             p_value=1e-6,
-            q_value=1e-5,
+            p_adjusted=1e-5,
             mde=0.04,
         )
         for i in range(5000)

@@ -10,12 +10,8 @@ from pathlib import Path
 import pytest
 
 from reports.errors import ReportError
-from reports.history import (
-    files_that_could_be_current,
-    load_history,
-    read_run_file,
-    select_comparisons,
-)
+from reports.history import load_history, read_run_file
+from reports.selection import SelectOptions, files_that_could_be_current, select_comparisons
 from tests.data.reports.make_history import (
     Cell,
     RunSpec,
@@ -154,7 +150,7 @@ def test_current_is_newest_and_baseline_is_earlier_main_runs(tmp_path):
     # a run on another branch in between is not baseline when main runs exist
     other = RunSpec(commit="9" * 40, when=T0 + timedelta(days=5), branch="other")
     write(tmp_path / "x" / "other.json", make_run(other, ONE_CELL))
-    sel = select_comparisons(load_history([tmp_path]), "main")
+    sel = select_comparisons(load_history([tmp_path]), SelectOptions("main"))
     (comp,) = sel.comparisons
     assert comp.current.branch == "feature"
     assert [r.branch for r in comp.baseline] == ["main"] * 4
@@ -163,7 +159,7 @@ def test_current_is_newest_and_baseline_is_earlier_main_runs(tmp_path):
 
 def test_without_base_branch_runs_all_earlier_runs_are_baseline(tmp_path):
     write_history(tmp_path, 3, cells=ONE_CELL, base=RunSpec(commit="", when=T0, branch="dev"))
-    (comp,) = select_comparisons(load_history([tmp_path]), "main").comparisons
+    (comp,) = select_comparisons(load_history([tmp_path]), SelectOptions("main")).comparisons
     assert len(comp.baseline) == 2
     assert "no earlier run on branch main" in comp.baseline_rule
 
@@ -207,13 +203,17 @@ def test_extra_info_without_a_schema_key_is_kept_as_foreign(tmp_path):
     assert len(history.machines["ab12cd34"][0].benchmarks) == len(doc["benchmarks"])
 
 
-def test_clean_reruns_of_the_current_commit_are_pooled_not_baseline(tmp_path):
+def test_reruns_of_the_current_commit_are_pooled_only_when_asked(tmp_path):
     write_history(tmp_path, 4, cells=ONE_CELL)
     pr = current_spec(days_after=10)
     for k in range(3):
         again = RunSpec(**{**pr.__dict__, "when": pr.when + timedelta(minutes=10 * k)})
         write(tmp_path / "pr" / f"{k}.json", make_run(again, ONE_CELL, seed=k))
-    (comp,) = select_comparisons(load_history([tmp_path])).comparisons
+    history = load_history([tmp_path])
+    (plain,) = select_comparisons(history).comparisons
+    assert plain.current_repeats == ()
+    assert len(plain.baseline) == 4  # main's runs; the PR's earlier runs are not on main
+    (comp,) = select_comparisons(history, SelectOptions(pool_reruns=True)).comparisons
     assert len(comp.baseline) == 4
     assert len(comp.current_repeats) == 2
     assert "2 earlier re-run(s) of this commit pooled" in comp.baseline_rule

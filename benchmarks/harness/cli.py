@@ -7,10 +7,13 @@
 `kv` (DESIGN §4) prints one JSON object: the analytic `bytes_per_token` (bytes added per cached
 position while no sliding window is full), `after_prefill_bytes` (P positions), `final_bytes`
 (after N new tokens: P + N - 1 positions), `per_step_bytes` (after prefill and after each of the
-N - 1 decode steps) and `layers` (the final per-layer layout). CONFIG is a Hugging Face
-config.json path, a model YAML path, or a model name from matrix/models/. With `--measure` it
-builds the model with random weights on `--device`, runs the engine's real prefill/decode loop,
-and adds `measured` and `match`; it exits 1 when measured and analytic bytes differ.
+N - 1 decode steps), `layers` (the final per-layer layout), and, beside the KV, `state_bytes`
+(the fixed conv + recurrent state of linear-attention / Mamba layers, 0 for pure attention
+models) with `state_layers` (per stateful layer). CONFIG is a Hugging Face config.json path, a
+model YAML path, or a model name from matrix/models/. With `--measure` it builds the model with
+random weights on `--device`, runs the engine's real prefill/decode loop, and adds `measured`
+(with its `state_bytes`) and `match`; it exits 1 when measured and analytic bytes differ (KV at
+any point, or the state).
 
 `--device meta` runs that loop on the meta device instead: no memory, no values, only shapes, so
 a 7B/8B cache can be checked on a laptop in about a second (transformers 5.x; 4.46 cannot run a
@@ -41,8 +44,9 @@ import transformers
 from benchmarks.harness import compat
 from benchmarks.harness.devices import DTYPES, resolve_device
 from benchmarks.harness.engine import Engine, make_prompt
-from benchmarks.harness.errors import PhasebenchError
+from benchmarks.harness.errors import KVError, PhasebenchError
 from benchmarks.harness.kv import analytic_kv, kv_bytes_per_token, measure_kv
+from benchmarks.harness.kv_state import StateLayout, analytic_state
 from benchmarks.harness.models import (
     ModelSpec,
     build_model,
@@ -50,6 +54,7 @@ from benchmarks.harness.models import (
     load_model_spec,
     parameter_count,
 )
+from benchmarks.harness.runmode_kv import run_static_cli
 
 EXIT_OK = 0
 EXIT_MISMATCH = 1
@@ -80,6 +85,10 @@ def _parser() -> argparse.ArgumentParser:
     kv.add_argument("--measure", action="store_true", help="also run the real loop and compare")
     kv.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N | mps | meta")
     kv.add_argument("--seed", type=int, default=0, help="seed of the weights and prompt")
+    kv.add_argument(
+        "--cache", choices=("dynamic", "static"), default="dynamic", help="cache (DESIGN §9)"
+    )
+    kv.add_argument("--max-cache-len", type=int, default=None, help="static: positions")
 
     build = commands.add_parser("build-time", help="time from_config vs phasebench's fast init")
     build.add_argument("model", help="model YAML path or matrix/models/ name (source: config)")
@@ -167,7 +176,12 @@ def kv_report(request: KVRequest) -> dict[str, Any]:
     ]
     final = analytic_kv(config, dtype=dtype, batch=batch, seq_len=request.positions_per_step()[-1])
     text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
-    return {
+    try:
+        state: StateLayout | None = analytic_state(config, dtype=dtype, batch=batch)
+        state_note = None
+    except KVError as error:  # a stateful family without a verified rule: say so, no guess
+        state, state_note = None, str(error)
+    report = {
         "model": request.spec.name,
         "model_type": getattr(text, "model_type", None),
         "transformers": transformers.__version__,
@@ -180,7 +194,12 @@ def kv_report(request: KVRequest) -> dict[str, Any]:
         "final_bytes": per_step[-1],
         "per_step_bytes": per_step,
         "layers": [layer.to_json() for layer in final.layers],
+        "state_bytes": None if state is None else state.total_bytes,
+        "state_layers": [] if state is None else [layer.to_json() for layer in state.layers],
     }
+    if state_note is not None:
+        report["state_note"] = state_note
+    return report
 
 
 def measure(request: KVRequest) -> dict[str, Any]:
@@ -201,6 +220,7 @@ def measure(request: KVRequest) -> dict[str, Any]:
         "final_bytes": per_step[-1],
         "per_step_bytes": per_step,
         "storage_final_bytes": measure_kv(cache).storage_bytes,
+        "state_bytes": measure_kv(cache).state_bytes,
     }
 
 
@@ -228,12 +248,18 @@ def _meta_loop(model: Any, prompt: torch.Tensor, new_tokens: int) -> tuple[list[
 def run_kv(args: argparse.Namespace) -> int:
     """`kv`: print the JSON object; 1 when measured bytes differ from analytic ones."""
     request = KVRequest.from_args(args)
+    if args.cache == "static":  # allocated and used bytes (runmode_kv, DESIGN §9)
+        return run_static_cli(request, args.max_cache_len)
+    if args.max_cache_len is not None:
+        raise UsageError("--max-cache-len sizes a static cache; add --cache static.")
     report = kv_report(request)
     status = EXIT_OK
     if request.device is not None:
         measured = measure(request)
         report["measured"] = measured
-        report["match"] = measured["per_step_bytes"] == report["per_step_bytes"]
+        report["match"] = measured["per_step_bytes"] == report["per_step_bytes"] and report[
+            "state_bytes"
+        ] in (None, measured["state_bytes"])
         status = EXIT_OK if report["match"] else EXIT_MISMATCH
     print(json.dumps(report, indent=2))
     return status

@@ -93,19 +93,36 @@ def _transformers_version() -> tuple[int, int]:
     return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
 
 
+def unsupported_reason(config: Any) -> str | None:
+    """Why the engine cannot run this model correctly on this transformers, or None.
+
+    transformers < 4.56, Gemma-2: the model decodes correctly only with the `HybridCache` that
+    `generate` sizes up front (P + N slots; a sliding layer keeps W). Handed a dynamic cache,
+    its sliding layers attend to every position once the context passes the window, so tokens
+    differ from `generate` (P = 6, N = 6, W = 8 on 4.46.3); and a HybridCache is not the
+    dynamic cache whose bytes DESIGN §4 asserts. Such cells are skipped with this reason.
+    """
+    getter = getattr(config, "get_text_config", None)
+    text = getter(decoder=True) if getter is not None else config
+    model_type = getattr(text, "model_type", "")
+    if model_type == "gemma2" and _transformers_version() < _DYNAMIC_CACHE_BY_DEFAULT_SINCE:
+        return (
+            f"transformers {transformers.__version__} decodes Gemma-2 past its sliding window "
+            "only with a HybridCache sized up front, which is not the dynamic cache phasebench "
+            "measures and accounts for; use transformers >= 4.56 for Gemma-2"
+        )
+    return None
+
+
 def initial_cache(model: Any, batch: int) -> Any:
     """The cache to hand to the prefill, or None to let the model build its own.
 
-    transformers < 4.56: Gemma-2 builds a `HybridCache` sized to the *prompt* (its global
-    layers then hold P slots after P + k tokens), and Jamba returns no cache unless given its
-    hybrid cache; both get the dynamic cache instead. Newer releases need nothing.
+    transformers < 4.56: Jamba returns no cache unless given its hybrid cache. (Gemma-2 there
+    is refused: `unsupported_reason`.) Newer releases need nothing.
     """
     if _transformers_version() >= _DYNAMIC_CACHE_BY_DEFAULT_SINCE:
         return None
-    model_type = getattr(model.config, "model_type", "")
-    if model_type == "gemma2":
-        return cache_utils.DynamicCache()
-    if model_type == "jamba":
+    if getattr(model.config, "model_type", "") == "jamba":
         from transformers.models.jamba import modeling_jamba  # noqa: PLC0415 - 4.x only
 
         hybrid_cache = getattr(modeling_jamba, "HybridMambaAttentionDynamicCache")  # noqa: B009 - gone in 5.x stubs
@@ -161,12 +178,38 @@ def _append_only_tensors(cache: Any) -> Iterator[torch.Tensor]:
         yield from _nested_tensors(list(getattr(cache, "value_cache", [])))
 
 
-def copy_cache(cache: Any) -> Any:
+def copy_cache(cache: Any, device: torch.device | str | None = None) -> Any:
     """An independent cache with `cache`'s contents: extending one never changes the other.
 
-    Append-only K/V tensors are shared (free); all other state (counters, in-place buffers of
-    static or recurrent layers) is deep-copied.
+    Without `device`, append-only K/V tensors are shared (free) and all other state (counters,
+    in-place buffers of static or recurrent layers) is deep-copied. With `device`, every tensor
+    is copied onto `device` (nothing shared): a snapshot kept on the host costs the accelerator
+    nothing, and a copy back from it is a fresh cache the device holds alone.
     """
-    shared = {id(t): t for t in _append_only_tensors(cache)}
+    if device is None:
+        memo = {id(t): t for t in _append_only_tensors(cache)}
+    else:
+        memo = {id(t): t.to(device, copy=True) for t in _all_tensors(cache)}
     with torch.inference_mode():
-        return copy.deepcopy(cache, memo=dict(shared))
+        return copy.deepcopy(cache, memo=dict(memo))
+
+
+def _all_tensors(obj: Any) -> Iterator[torch.Tensor]:
+    """Every tensor reachable from a cache object (attributes, lists, tuples, dicts), once each."""
+    seen: set[int] = set()
+    stack = [obj]
+    while stack:
+        item = stack.pop()
+        if id(item) in seen or item is None or isinstance(item, str | int | float | bool):
+            continue
+        seen.add(id(item))
+        if isinstance(item, torch.Tensor):
+            yield item
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, tuple | list | set):
+            stack.extend(item)
+        elif hasattr(item, "__dict__") and not isinstance(item, type):
+            # A cache's or cache layer's attributes (4.4x caches are nn.Modules: their lists
+            # of K/V tensors are plain attributes too).
+            stack.extend(vars(item).values())

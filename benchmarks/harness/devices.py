@@ -9,10 +9,9 @@ Everything the engine needs to time an asynchronous accelerator honestly lives h
 * `device_unavailable_reason` / `dtype_unsupported_reason` return the skip reason for a cell the
   machine cannot run (None when it can). bfloat16 on CUDA needs compute capability >= 8.0 (the
   rule of `torch.cuda.is_bf16_supported` without emulation); bfloat16 on MPS needs macOS 14+ and
-  a torch with MPS bf16 kernels, which is probed with a tiny matmul. float16 on CPU is
-  *supported* (torch has CPU half kernels) but usually much slower than float32/bfloat16; that
-  slowness is a measurement, not a skip reason, so it is not refused here: a matrix that does
-  not want it leaves it out.
+  a torch with MPS bf16 kernels, which is probed with a tiny matmul. A CPU dtype that runs but
+  only emulated (float16 without AVX512-FP16, bfloat16 on AVX2-only x86) is *supported* here;
+  `dtypespeed.py` measures how slow it is and gives the suite's skip reason for it.
 * `MemoryMonitor` reads each counter under its real name and says what it is: CUDA allocated /
   reserved / peak (the peak is reset per phase); MPS `current_allocated_memory` and
   `driver_allocated_memory` sampled at phase boundaries with a running max (MPS has no peak API,

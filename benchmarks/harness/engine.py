@@ -3,17 +3,23 @@
 N new tokens = 1 prefill + (N - 1) decode steps, and the final cache holds P + N - 1 positions
 (the last token is produced but never fed back). With P = 4 and N = 3 the cache grows 4 -> 5 -> 6.
 
-* `prefill(input_ids)`: one forward over `[B, P]` with `use_cache=True`, logits for the last
-  position only (`logits_to_keep=1` where the forward takes it, else a slice), argmax -> token 1.
-  `prefill_s` is model-side (synchronized forward + argmax); `ttft_s` is client-observed: host
-  prompt ids -> H2D -> prefill -> argmax -> first token id back on the host (D2H).
+* `prefill_forward(ids)`: the model-side prefill, exactly what `prefill_s` times: one forward
+  over `[B, P]` ids already on the device with `use_cache=True`, logits for the last position
+  only (`logits_to_keep=1` where the forward takes it, else a slice), argmax -> token 1. It times
+  nothing, so a benchmark can time exactly it.
+* `prefill(input_ids)`: the client's view around it: host ids -> H2D -> `prefill_forward`
+  (synchronized: `prefill_s`) -> D2H of token 1 (`ttft_s`, client-observed), then the cache in
+  the form the model takes back.
 * `decode_step(token, cache)`: one forward of `[B, 1]` with the cache, argmax -> next token. It
   times nothing, so a benchmark can time exactly it.
-* `generate(input_ids, N)`: the whole loop. `step_s` are the N - 1 synchronized model-side decode
-  steps; `gap_s` are the client-observed gaps between successive token ids arriving on the host
-  (tokens 2..N). Resource samples (memory counters, RSS, KV bytes, CPU %) are taken at phase
-  boundaries *outside* every timed region, and the client clock is paused while they are taken,
-  so instrumentation inflates neither model-side nor client-observed times.
+* `generate(input_ids, N)`: the whole instrumented loop, as the suite runs and times it.
+  `step_s` are the N - 1 synchronized model-side decode steps (instrumentation excluded);
+  `gap_s` are the client-observed gaps between successive token ids arriving on the host
+  (tokens 2..N): this client does its bookkeeping (KV bytes, memory counters, CPU meter) between
+  tokens, so the gaps include it, as `e2e_s` (the whole call) does; `overhead.measure_overhead`
+  says how much that costs against a bare loop. Memory peaks are reset right before each phase
+  (before the `before_prefill` sample, so no earlier work leaks into the prefill's peak), and
+  nothing of one phase is kept into the next beyond the cache the model hands on.
 * `snapshot(cache)` / `restore(snapshot)`: a fresh cache of exactly the snapshot's positions, so a
   decode step can be timed at a fixed context length round after round.
 
@@ -24,7 +30,7 @@ models (`models.py`), or decide warmup and rounds (the benchmark suite does).
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,7 +104,7 @@ class PrefillResult:
     next_token: torch.Tensor
     host_token: torch.Tensor  # the same ids as the client received them (on the host)
     cache: Any
-    prefill_s: float  # model-side: synchronized forward + argmax
+    prefill_s: float  # model-side: synchronized `prefill_forward` (forward + argmax)
     ttft_s: float  # client-observed: host ids -> H2D -> prefill -> argmax -> D2H of token 1
 
 
@@ -110,7 +116,7 @@ class DecodeResult:
     step_s: tuple[float, ...]  # N - 1 model-side synchronized decode steps
     gap_s: tuple[float, ...]  # N - 1 client-observed gaps between token ids on the host
     ttft_s: float
-    e2e_s: float  # ttft_s + sum(gap_s): client-observed, instrumentation excluded
+    e2e_s: float  # the whole call, bookkeeping included: >= ttft_s + sum(gap_s)
     prefill_s: float
     kv_bytes_after_prefill: int
     kv_bytes_per_step: tuple[int, ...]  # after each of the N - 1 decode steps
@@ -168,32 +174,49 @@ class Engine:
                 f"{type(model).__name__} is on {parameter.device} but the Engine was given "
                 f"{device}; move the model with model.to(device) first."
             )
+        unsupported = compat.unsupported_reason(model.config)
+        if unsupported is not None:
+            raise EngineError(f"{type(model).__name__}: {unsupported}.")
         self.model = model
         self.device = device
         self._cache_kwarg = compat.cache_kwarg(model)
         self._logits_kwarg = compat.logits_kwarg(model)
         self.max_positions = compat.max_positions(model.config)
+        # The cache a prefill starts from, given the batch size (`runmode.configure_engine` sets
+        # it per cell, e.g. a StaticCache); None: the model's own (`compat.initial_cache`).
+        self.start_cache: Callable[[int], Any] | None = None
 
     # --- the two phases ----------------------------------------------------------------------
+
+    def prefill_forward(self, ids: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        """Model-side prefill of ids `[B, P]` already on the device: token 1 `[B, 1]`, raw cache.
+
+        Exactly what `prefill_s` times (the caller synchronizes): the cache the model needs
+        handed in (`compat.initial_cache`, usually none), one forward, the argmax.
+        """
+        kwargs = self._prefill_kwargs()
+        batch = int(ids.shape[0])
+        make = self.start_cache
+        start_cache = compat.initial_cache(self.model, batch) if make is None else make(batch)
+        if start_cache is not None:
+            kwargs[self._cache_kwarg] = start_cache
+        with torch.inference_mode():
+            outputs = self.model(input_ids=ids, use_cache=True, **kwargs)
+            next_token = outputs.logits[:, -1, :].argmax(dim=-1, keepdim=True)  # [B, 1]
+        return next_token, compat.output_cache(outputs)
 
     def prefill(self, input_ids: torch.Tensor) -> PrefillResult:
         """Run the prompt `[B, P]` once; return output token 1, the cache and both times."""
         client_start_s = time.perf_counter()
         ids = input_ids.to(self.device)  # H2D (a no-op when already on the device)
-        kwargs = self._prefill_kwargs()
-        start_cache = compat.initial_cache(self.model, int(ids.shape[0]))
-        if start_cache is not None:
-            kwargs[self._cache_kwarg] = start_cache
-        with timed(self.device) as watch, torch.inference_mode():
-            outputs = self.model(input_ids=ids, use_cache=True, **kwargs)
-            next_token = outputs.logits[:, -1, :].argmax(dim=-1, keepdim=True)  # [B, 1]
+        with timed(self.device) as watch:
+            next_token, raw_cache = self.prefill_forward(ids)
         host_token = next_token.to("cpu")  # D2H: the first token id reaches the client
         ttft_s = time.perf_counter() - client_start_s
-        cache = compat.adopt_cache(self.model, compat.output_cache(outputs))
         return PrefillResult(
             next_token=next_token,
             host_token=host_token,
-            cache=cache,
+            cache=compat.adopt_cache(self.model, raw_cache),
             prefill_s=watch.elapsed_s,
             ttft_s=ttft_s,
         )
@@ -240,17 +263,27 @@ class Engine:
                 "build prompts with make_prompt."
             )
         self.check_request(int(input_ids.shape[-1]), new_tokens)
+        call_start_s = time.perf_counter()
         monitor = MemoryMonitor(self.device)
         meter = CpuMeter()
-        samples = [ResourceSample.from_memory("before_prefill", 0, monitor.sample(), 0, None)]
+        # Reset first: the before_prefill sample and the prefill's peak then start from what is
+        # allocated now (weights, the prompt), never from a peak left by earlier work.
         monitor.reset_peak()
+        samples = [ResourceSample.from_memory("before_prefill", 0, monitor.sample(), 0, None)]
         meter.reset()
 
         prefill = self.prefill(input_ids)
         cpu_percent = meter.lap()
-        token, cache = prefill.next_token, prefill.cache
+        token, cache, ttft_s, prefill_s = (
+            prefill.next_token,
+            prefill.cache,
+            prefill.ttft_s,
+            prefill.prefill_s,
+        )
         host_tokens = [prefill.host_token]
-        kv_after_prefill = measure_kv(cache).logical_bytes
+        del prefill  # a legacy-tuple cache must not outlive its replacement in the steps below
+        arrived_s = time.perf_counter()  # token 1 is on the host (~ client start + ttft_s)
+        kv_after_prefill = self._kv_bytes(cache)
         samples.append(
             ResourceSample.from_memory(
                 "after_prefill", 0, monitor.sample(), kv_after_prefill, cpu_percent
@@ -263,27 +296,29 @@ class Engine:
         for step in range(1, new_tokens):
             monitor.reset_peak()
             meter.reset()
-            resume_s = time.perf_counter()  # the client clock restarts after instrumentation
             with timed(self.device) as watch:
                 token, cache = self.decode_step(token, cache)
             host_tokens.append(token.to("cpu"))  # D2H: token `step + 1` reaches the client
-            gap_s.append(time.perf_counter() - resume_s)
+            now_s = time.perf_counter()
+            gap_s.append(now_s - arrived_s)  # the bookkeeping since the last token included
+            arrived_s = now_s
             cpu_percent = meter.lap()
             step_s.append(watch.elapsed_s)
-            kv_per_step.append(measure_kv(cache).logical_bytes)
+            kv_per_step.append(self._kv_bytes(cache))
             samples.append(
                 ResourceSample.from_memory(
                     "after_decode", step, monitor.sample(), kv_per_step[-1], cpu_percent
                 )
             )
 
+        generated = torch.cat(host_tokens, dim=-1)
         return DecodeResult(
-            generated_ids=torch.cat(host_tokens, dim=-1),
+            generated_ids=generated,
             step_s=tuple(step_s),
             gap_s=tuple(gap_s),
-            ttft_s=prefill.ttft_s,
-            e2e_s=prefill.ttft_s + sum(gap_s),
-            prefill_s=prefill.prefill_s,
+            ttft_s=ttft_s,
+            e2e_s=time.perf_counter() - call_start_s,
+            prefill_s=prefill_s,
             kv_bytes_after_prefill=kv_after_prefill,
             kv_bytes_per_step=tuple(kv_per_step),
             samples=tuple(samples),
@@ -291,19 +326,29 @@ class Engine:
             cache=cache,
         )
 
+    def _kv_bytes(self, cache: Any) -> int:
+        # One named call per boundary, so a test can inject a known delay into the bookkeeping.
+        return measure_kv(cache).logical_bytes
+
     # --- fixed-context decode rounds -----------------------------------------------------------
 
     def snapshot(self, cache: Any) -> CacheSnapshot:
-        """Freeze `cache` (typically right after prefill) so it can be restored between rounds."""
+        """Freeze `cache` (typically right after prefill) so it can be restored between rounds.
+
+        On an accelerator the snapshot lives on the host, so a timed round's memory peak holds
+        only the round's own cache, not a spare copy kept for the next round.
+        """
+        host = None if self.device.type == "cpu" else torch.device("cpu")
         return CacheSnapshot(
-            cache=compat.copy_cache(cache),
+            cache=compat.copy_cache(cache, host),
             seq_len=compat.cache_seq_length(cache),
             kv_bytes=measure_kv(cache).logical_bytes,
         )
 
     def restore(self, snapshot: CacheSnapshot) -> Any:
         """A fresh cache with the snapshot's positions and KV bytes; the snapshot stays reusable."""
-        cache = compat.copy_cache(snapshot.cache)
+        device = None if self.device.type == "cpu" else self.device
+        cache = compat.copy_cache(snapshot.cache, device)
         restored = compat.cache_seq_length(cache)
         if restored != snapshot.seq_len:  # a bug in copy_cache, not a user error
             raise RuntimeError(

@@ -5,6 +5,8 @@ CUDA/HIP runtime) and the software stack (torch, transformers, python, torch thr
 strings. `fingerprint_id()` hashes only the fields that decide whether two runs are comparable
 (`ID_FIELDS`): a new torch, driver or GPU starts a new history series; the hostname, the full
 kernel build string and the total RAM do not (none of them is recorded in the id).
+`hardware_id()` hashes the machine only (`HARDWARE_FIELDS`), the key the reports group history
+by, and `stack()` lists the software (`STACK_FIELDS`) judged against that hardware's history.
 
 It deliberately does not read anything per run (PIDs, clocks, load) and does not call out to the
 network; on Linux the NVIDIA driver version comes from `/proc/driver/nvidia/version` or
@@ -20,12 +22,17 @@ import platform
 import re
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import psutil
 import torch
 import transformers
+
+from benchmarks.harness.cpustate import last_level_cache
+from benchmarks.harness.devices import device_unavailable_reason, resolve_device
+from benchmarks.harness.gpuid import torch_cuda_uuid
 
 NOT_APPLICABLE = "n/a"
 UNKNOWN = "unknown"
@@ -60,6 +67,7 @@ def machine_fingerprint(device: torch.device | None = None) -> dict[str, str]:
         "cpu_count": str(os.cpu_count() or UNKNOWN),
         "cpu_physical_cores": str(psutil.cpu_count(logical=False) or UNKNOWN),
         "memory_bytes": str(psutil.virtual_memory().total),
+        **_cpu_cache(),
         **_accelerator(device if device is not None else _default_device()),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
@@ -74,6 +82,41 @@ def fingerprint_id(fp: Mapping[str, str]) -> str:
     identity = {key: str(fp.get(key, "")) for key in ID_FIELDS}
     blob = json.dumps(identity, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:8]
+
+
+HARDWARE_FIELDS = (
+    "os_family",
+    "arch",
+    "cpu",
+    "cpu_count",
+    "accelerator",
+    "accelerator_memory_bytes",
+)
+"""What `hardware_id` hashes: the machine itself, so its history survives a software upgrade."""
+
+STACK_FIELDS = (
+    "torch",
+    "transformers",
+    "python",
+    "driver",
+    "runtime",
+    "os_release",
+    "torch_num_threads",
+)
+"""The software stack: a run whose stack differs is judged against the same hardware's runs."""
+
+
+def hardware_id(fp: Mapping[str, str]) -> str:
+    """An 8-hex-digit hash of the hardware fields of `fp` (OS family = first word of `os`)."""
+    fields = {**fp, "os_family": str(fp.get("os", "")).split(" ")[0]}
+    identity = {key: str(fields.get(key, "")) for key in HARDWARE_FIELDS}
+    blob = json.dumps(identity, sort_keys=True, separators=(",", ":"))
+    return "hw" + hashlib.sha256(blob.encode()).hexdigest()[:8]
+
+
+def stack(fp: Mapping[str, str]) -> dict[str, str]:
+    """The software-stack fields of `fp` (`STACK_FIELDS`, absent ones left out)."""
+    return {key: str(fp[key]) for key in STACK_FIELDS if key in fp}
 
 
 def _os_name() -> str:
@@ -120,6 +163,34 @@ def _command_output(argv: list[str]) -> str | None:
     return output if result.returncode == 0 and output else None
 
 
+def device_fingerprints(devices: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """Per device the run uses: its fingerprint, `fingerprint_id` and `hardware_id` (H4).
+
+    A run over `cuda` and `cuda:1` measures two GPUs; each has its own accelerator fields, so
+    neither is described by the other's. Devices this machine does not have are left out (their
+    cells were skipped); keys are the devices as the matrix spells them.
+    """
+    found: dict[str, dict[str, Any]] = {}
+    for spec in sorted(set(devices)):
+        if device_unavailable_reason(spec) is not None:
+            continue
+        fp = machine_fingerprint(resolve_device(spec))
+        found[spec] = {
+            "fingerprint": fp,
+            "fingerprint_id": fingerprint_id(fp),
+            "hardware_id": hardware_id(fp),
+        }
+    return found
+
+
+def _cpu_cache() -> dict[str, str]:
+    # Descriptive: the last-level cache over the CPUs this process may run on (cpustate.py).
+    found = last_level_cache()
+    if found is None:
+        return {"cpu_llc_bytes": UNKNOWN, "cpu_llc_instances": UNKNOWN}
+    return {"cpu_llc_bytes": str(found.total_bytes), "cpu_llc_instances": str(found.instances)}
+
+
 def _default_device() -> torch.device | None:
     if torch.cuda.is_available():
         return torch.device("cuda", 0)
@@ -137,13 +208,15 @@ def _accelerator(device: torch.device | None) -> dict[str, str]:
         "accelerator": "none",
         "accelerator_memory_bytes": NOT_APPLICABLE,
         "accelerator_capability": NOT_APPLICABLE,
+        "accelerator_uuid": NOT_APPLICABLE,
         "driver": NOT_APPLICABLE,
         "runtime": NOT_APPLICABLE,
     }
 
 
 def _cuda_accelerator(device: torch.device) -> dict[str, str]:
-    index = 0 if device.index is None else device.index
+    # "cuda" without an index is torch's current device (0 unless the process changed it).
+    index = torch.cuda.current_device() if device.index is None else device.index
     properties = torch.cuda.get_device_properties(index)
     major, minor = torch.cuda.get_device_capability(index)
     runtime = f"hip {torch.version.hip}" if torch.version.hip else f"cuda {torch.version.cuda}"
@@ -151,6 +224,8 @@ def _cuda_accelerator(device: torch.device) -> dict[str, str]:
         "accelerator": properties.name,
         "accelerator_memory_bytes": str(properties.total_memory),
         "accelerator_capability": f"{major}.{minor}",
+        # Descriptive: tells two GPUs of one model apart (cuda vs cuda:1) in a run's devices.
+        "accelerator_uuid": torch_cuda_uuid(index) or UNKNOWN,
         "driver": _nvidia_driver() or UNKNOWN,
         "runtime": runtime,
     }
@@ -175,6 +250,7 @@ def _mps_accelerator() -> dict[str, str]:
         "accelerator": f"{_cpu_model()} GPU (mps)",
         "accelerator_memory_bytes": memory,
         "accelerator_capability": NOT_APPLICABLE,
+        "accelerator_uuid": NOT_APPLICABLE,
         "driver": f"macOS {platform.mac_ver()[0] or UNKNOWN} Metal",
         "runtime": "mps",
     }

@@ -10,6 +10,9 @@ and says, per layer, what transformers' *dynamic* cache holds after T cached pos
 * Falcon's new decoder architecture caches all query heads; `multi_query` caches one;
 * linear attention, Mamba, MoE/MLP-only and KV-sharing layers hold no per-token KV.
 
+The fixed-size conv/recurrent state of those linear-attention and Mamba layers is analytic too,
+in `kv_state.py`; `measure_kv` reports the measured one as `state_bytes`.
+
 The measured side reads any cache object transformers returns (`Cache.layers`, the
 `key_cache`/`value_cache` lists of <= 4.53, legacy tuples, `EncoderDecoderCache`, fp8
 `QuantizedCache`) and reports logical bytes (`numel * element_size`) and unique storage bytes.
@@ -122,7 +125,8 @@ def text_config(config: Any) -> Any:
         return getter()
 
 
-def _required_int(config: Any, name: str) -> int:
+def required_int(config: Any, name: str) -> int:
+    """`config.<name>` as a positive int; KVError naming the field otherwise."""
     value = getattr(config, name, None)
     if not isinstance(value, int) or value <= 0:
         model_type = getattr(config, "model_type", "?")
@@ -132,7 +136,7 @@ def _required_int(config: Any, name: str) -> int:
     return value
 
 
-def _layer_types(config: Any, num_layers: int) -> list[str]:
+def layer_types(config: Any, num_layers: int) -> list[str]:
     """One transformers layer-type name per decoder layer, from whichever field this version has."""
     declared = getattr(config, "layer_types", None)
     if declared is not None:
@@ -184,8 +188,8 @@ def _mark_shared_layers(config: Any, types: list[str]) -> list[str]:
 
 def _attention_heads(config: Any) -> tuple[int, int]:
     """(K/V heads as cached, head_dim) for ordinary multi-head / GQA / MQA attention."""
-    heads = _required_int(config, "num_attention_heads")
-    hidden = _required_int(config, "hidden_size")
+    heads = required_int(config, "num_attention_heads")
+    hidden = required_int(config, "hidden_size")
     model_type = getattr(config, "model_type", "")
     head_dim = getattr(config, "head_dim", None) or hidden // heads
     if model_type == "falcon":
@@ -207,20 +211,20 @@ def _mla_rule(config: Any) -> _LayerRule:
             f"config model_type `{model_type}` uses MLA (`kv_lora_rank`), whose cache layout "
             f"phasebench has not verified; use one of {sorted(_MLA_MODEL_TYPES)}."
         )
-    rope_dim = _required_int(config, "qk_rope_head_dim")
+    rope_dim = required_int(config, "qk_rope_head_dim")
     if _TRANSFORMERS_VERSION >= MLA_LATENT_SINCE:
-        latent = _required_int(config, "kv_lora_rank")
+        latent = required_int(config, "kv_lora_rank")
         return _LayerRule("mla", 1, latent, 1, rope_dim, None)
-    heads = _required_int(config, "num_attention_heads")
-    nope_dim = _required_int(config, "qk_nope_head_dim")
-    v_dim = _required_int(config, "v_head_dim")
+    heads = required_int(config, "num_attention_heads")
+    nope_dim = required_int(config, "qk_nope_head_dim")
+    v_dim = required_int(config, "v_head_dim")
     return _LayerRule("mla", heads, nope_dim + rope_dim, heads, v_dim, None)
 
 
 def _layer_rules(config: Any) -> list[_LayerRule]:
     cfg = text_config(config)
-    num_layers = _required_int(cfg, "num_hidden_layers")
-    types = _layer_types(cfg, num_layers)
+    num_layers = required_int(cfg, "num_hidden_layers")
+    types = layer_types(cfg, num_layers)
     is_mla = getattr(cfg, "kv_lora_rank", None) is not None
     rules: list[_LayerRule] = []
     for layer_type in types:
@@ -245,7 +249,7 @@ def _window_positions(config: Any, layer_type: str) -> int | None:
     if layer_type in _FULL_TYPES or _TRANSFORMERS_VERSION < SLIDING_TRIM_SINCE:
         return None
     field = "attention_chunk_size" if layer_type == "chunked_attention" else "sliding_window"
-    window = _required_int(config, field)
+    window = required_int(config, field)
     # DynamicSlidingWindowLayer keeps W - 1 positions: the next token's own K/V makes W.
     return window - 1
 

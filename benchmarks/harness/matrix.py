@@ -9,6 +9,12 @@ an optional `exclude:` list of partial cells removed from the product, and an op
 The cell id (`qwen2.5-0.5b-cpu-bfloat16-b1-p512-n32`) is the history's primary key and is built
 in `Cell.id` and nowhere else.
 
+How the model runs (DESIGN §9) adds three optional axes, `attention`, `cache` and `compile`
+(values in `RUN_MODE_VALUES`), and the optional setting `max_cache_len` (static caches only;
+default P + N - 1). An axis joins the cell id (`-attn_sdpa-cache_static-compile_default`) and the
+flat `params` only when the matrix names it, so files without these axes keep their history keys.
+An `include:` entry may give lists for any axis: it adds the product of its lists.
+
 This module deliberately does not import torch or transformers (a broken matrix must fail in
 a fraction of a second), and does not decide whether *this machine* can run a cell: that is
 `benchmarks.harness.plan`, which the suite calls at collection time.
@@ -16,10 +22,8 @@ a fraction of a second), and does not decide whether *this machine* can run a ce
 
 from __future__ import annotations
 
-import difflib
 import itertools
-import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -27,23 +31,24 @@ from typing import Any
 import yaml
 
 from benchmarks.harness.errors import MatrixError
+from benchmarks.harness.matrixfields import (
+    AXES,
+    axis_example,
+    axis_value,
+    check_keys,
+    did_you_mean,
+    matches,
+    parse_excludes,
+    whole_number,
+)
+from benchmarks.harness.runmode_axes import RUN_MODE_AXES, run_mode_axis
 
 SCHEMA = 1
-DTYPES = ("float32", "float16", "bfloat16")
-DEVICE_PATTERN = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
-DEVICE_FORMS = "cpu, mps, cuda or cuda:N"
 
-# File key (a list) -> the Cell field one of its values fills.
-AXES: dict[str, str] = {
-    "models": "model",
-    "devices": "device",
-    "dtypes": "dtype",
-    "batch": "batch",
-    "prompt_len": "prompt_len",
-    "new_tokens": "new_tokens",
-}
 CELL_AXES = tuple(AXES.values())
 INT_AXES = ("batch", "prompt_len", "new_tokens")
+# How each run-mode axis appears in the cell id: `-attn_eager`, `-cache_static`, `-compile_none`.
+_ID_PREFIX = {"attention": "attn", "cache": "cache", "compile": "compile"}
 # Settings apply to every cell; an `include:` entry may override them for itself.
 DEFAULT_SETTINGS: dict[str, int] = {"warmup": 1, "rounds": 5, "seed": 0}
 SETTING_MINIMUM: dict[str, int] = {"warmup": 0, "rounds": 1, "seed": 0}
@@ -55,7 +60,9 @@ TOP_LEVEL_KEYS = (
     "schema",
     "description",
     *AXES,
+    *RUN_MODE_AXES,
     *DEFAULT_SETTINGS,
+    "max_cache_len",
     "measurements",
     "exclude",
     "include",
@@ -75,43 +82,96 @@ class Cell:
     warmup: int
     rounds: int
     seed: int
+    # Run-mode axes (DESIGN §9): None where the matrix does not name the axis.
+    attention: str | None = None
+    cache: str | None = None
+    compile: str | None = None
+    # Positions a static cache allocates; None: P + N - 1 (only static cells carry it).
+    max_cache_len: int | None = None
 
     @property
     def id(self) -> str:
-        """The stable history key, e.g. `qwen2.5-0.5b-cpu-bfloat16-b1-p512-n32`."""
-        return (
+        """The stable history key, e.g. `qwen2.5-0.5b-cpu-bfloat16-b1-p512-n32`.
+
+        Run-mode axes append `-attn_<v>`, `-cache_<v>` (with `-len<L>` for an explicit
+        `max_cache_len`) and `-compile_<v>`, each only when the cell has that axis.
+        """
+        base = (
             f"{self.model}-{self.device}-{self.dtype}"
             f"-b{self.batch}-p{self.prompt_len}-n{self.new_tokens}"
         )
+        parts = [base]
+        for axis in RUN_MODE_AXES:
+            value = getattr(self, axis)
+            if value is not None:
+                parts.append(f"{_ID_PREFIX[axis]}_{value}")
+            if axis == "cache" and self.max_cache_len is not None:
+                parts.append(f"len{self.max_cache_len}")
+        return "-".join(parts)
 
     @property
-    def build_key(self) -> tuple[str, str, str]:
-        """Cells sharing this key share one built model: (model, device, dtype)."""
-        return (self.model, self.device, self.dtype)
+    def build_key(self) -> tuple[str, ...]:
+        """Cells sharing this key share one built model: (model, device, dtype) and, where
+        present, the attention kernel, cache and compile mode (each changes the built model
+        or its wrapper, so each run mode gets its own build)."""
+        run_mode = tuple(
+            f"{axis}={getattr(self, axis)}"
+            for axis in RUN_MODE_AXES
+            if getattr(self, axis) is not None
+        )
+        return (self.model, self.device, self.dtype, *run_mode)
 
     @property
     def final_positions(self) -> int:
         """Positions in the cache after N new tokens: P + N - 1 (the last token is not fed)."""
         return self.prompt_len + self.new_tokens - 1
 
-    def axes(self) -> dict[str, str | int]:
-        """The cell's axes as a flat plain dict: pytest-benchmark's `params` in history."""
-        return {name: getattr(self, name) for name in CELL_AXES}
+    @property
+    def cache_positions(self) -> int | None:
+        """Positions a static cache of this cell allocates (None: not a static cell).
 
-    def to_params(self) -> dict[str, str | int]:
+        `max_cache_len` where the matrix sets it, else P + N - 1 (the final cache), and at
+        least P + 1 so the decode measurement's one step at context P fits when N = 1.
+        """
+        if self.cache != "static":
+            return None
+        if self.max_cache_len is not None:
+            return self.max_cache_len
+        return max(self.final_positions, self.prompt_len + 1)
+
+    def axes(self) -> dict[str, str | int]:
+        """The cell's axes as a flat plain dict: pytest-benchmark's `params` in history.
+
+        Run-mode axes (and `max_cache_len`) appear only when the cell has them.
+        """
+        flat: dict[str, str | int] = {name: getattr(self, name) for name in CELL_AXES}
+        for name in (*RUN_MODE_AXES, "max_cache_len"):
+            value = getattr(self, name)
+            if value is not None:
+                flat[name] = value
+        return flat
+
+    def to_params(self) -> dict[str, str | int | None]:
         """Axes and settings as a plain dict (pytest parametrizes with this, never the object)."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> Cell:
-        """Rebuild a cell from `to_params()` output; a missing or extra key is a bug here."""
+        """Rebuild a cell from `to_params()` output; a missing or extra key is a bug here.
+
+        The optional run-mode fields may be absent (they default to None).
+        """
         names = [f.name for f in fields(cls)]
-        if set(params) != set(names):
+        required = [name for name in names if name not in _OPTIONAL_FIELDS]
+        if not set(required) <= set(params) or not set(params) <= set(names):
             raise MatrixError(
                 f"cell parameters {sorted(params)} do not match the cell fields {names}; "
                 "build them with Cell.to_params()"
             )
-        return cls(**{name: params[name] for name in names})
+        return cls(**{name: params[name] for name in names if name in params})
+
+
+_OPTIONAL_FIELDS = (*RUN_MODE_AXES, "max_cache_len")
 
 
 @dataclass(frozen=True)
@@ -188,34 +248,48 @@ def parse_matrix(data: Any, *, path: Path, known_models: Sequence[str]) -> Matri
             f"{where}: the file is {kind}, expected a mapping with `schema: 1` and the axes "
             f"{', '.join(AXES)}"
         )
-    _check_keys(data, TOP_LEVEL_KEYS, where=where, what="key")
+    check_keys(data, TOP_LEVEL_KEYS, where=where, what="key")
     _check_schema(data, where)
     description = data.get("description", "")
     if not isinstance(description, str):
         raise MatrixError(f"{where}: description must be a string; quote it")
 
     axes = {key: _axis(data, key, where, known_models) for key in AXES}
+    run_axes = {
+        key: run_mode_axis(data[key], key, f"{where}: {key}")
+        for key in RUN_MODE_AXES
+        if key in data
+    }
     settings = {
-        name: _int(data.get(name, default), f"{where}: {name}", SETTING_MINIMUM[name])
+        name: whole_number(data.get(name, default), f"{where}: {name}", SETTING_MINIMUM[name])
         for name, default in DEFAULT_SETTINGS.items()
     }
-    excludes = _excludes(data.get("exclude", []), axes, where)
+    cache_len = None
+    if "max_cache_len" in data:
+        cache_len = whole_number(data["max_cache_len"], f"{where}: max_cache_len", 1)
+    excludes = parse_excludes(data.get("exclude", []), {**axes, **run_axes}, where)
     measurements = _measurements(data.get("measurements", list(MEASUREMENTS)), where)
 
     cells: list[Cell] = []
     excluded = 0
-    for values in itertools.product(*axes.values()):
-        point = dict(zip(CELL_AXES, values, strict=True))
-        if any(_matches(rule, point) for rule in excludes):
+    names = (*CELL_AXES, *run_axes)
+    for values in itertools.product(*axes.values(), *run_axes.values()):
+        point = dict(zip(names, values, strict=True))
+        if any(matches(rule, point) for rule in excludes):
             excluded += 1
             continue
-        cells.append(Cell(**point, **settings))  # type: ignore[arg-type]
-    cells.extend(_includes(data.get("include", []), settings, where, known_models))
+        cells.append(_cell(point, settings, cache_len, where))
+    cells.extend(_includes(data.get("include", []), settings, cache_len, where, known_models))
 
     if not cells:
         raise MatrixError(
             f"{where}: the matrix has no cells (every product cell is excluded and nothing is "
             "included); loosen `exclude:` or add values to the axes"
+        )
+    if cache_len is not None and not any(cell.cache == "static" for cell in cells):
+        raise MatrixError(
+            f"{where}: max_cache_len sizes static caches, but no cell has `cache: static`; "
+            "add `cache: [static]` or remove max_cache_len"
         )
     _check_unique(cells, where)
     return Matrix(
@@ -238,18 +312,9 @@ def _measurements(raw: Any, where: str) -> tuple[str, ...]:
         if name not in MEASUREMENTS:
             raise MatrixError(
                 f"{where}: measurements: unknown measurement {name!r}"
-                f"{_did_you_mean(str(name), MEASUREMENTS)}; allowed: {', '.join(MEASUREMENTS)}"
+                f"{did_you_mean(str(name), MEASUREMENTS)}; allowed: {', '.join(MEASUREMENTS)}"
             )
     return tuple(dict.fromkeys(raw))
-
-
-def _check_keys(data: Mapping[Any, Any], allowed: Sequence[str], *, where: str, what: str) -> None:
-    for key in data:
-        if key not in allowed:
-            raise MatrixError(
-                f"{where}: unknown {what} {key!r}{_did_you_mean(str(key), allowed)}; "
-                f"allowed: {', '.join(allowed)}"
-            )
 
 
 def _check_schema(data: Mapping[str, Any], where: str) -> None:
@@ -266,14 +331,14 @@ def _check_schema(data: Mapping[str, Any], where: str) -> None:
 def _axis(data: Mapping[str, Any], key: str, where: str, known_models: Sequence[str]) -> list[Any]:
     if key not in data:
         raise MatrixError(
-            f"{where}: missing axis `{key}`; add it as a list, e.g. `{key}: [{_example(key)}]`"
+            f"{where}: missing axis `{key}`; add it as a list, e.g. `{key}: [{axis_example(key)}]`"
         )
     raw = data[key]
     values = raw if isinstance(raw, list) else [raw]
     if not values:
         raise MatrixError(f"{where}: {key}: the axis is empty; list at least one value")
     checked = [
-        _value(AXES[key], value, f"{where}: {key}[{index}]", known_models)
+        axis_value(AXES[key], value, f"{where}: {key}[{index}]", known_models)
         for index, value in enumerate(values)
     ]
     for index, value in enumerate(checked):
@@ -285,127 +350,66 @@ def _axis(data: Mapping[str, Any], key: str, where: str, known_models: Sequence[
     return checked
 
 
-def _example(key: str) -> str:
-    return {
-        "models": "qwen2.5-0.5b",
-        "devices": "cpu",
-        "dtypes": "float32",
-        "batch": "1",
-        "prompt_len": "512",
-        "new_tokens": "32",
-    }[key]
-
-
-def _value(field: str, value: Any, where: str, known_models: Sequence[str]) -> str | int:
-    """Validate one axis value for cell field `field`; returns it unchanged when valid."""
-    checks: dict[str, Callable[[Any, str], str | int]] = {
-        "model": lambda v, w: _model(v, w, known_models),
-        "device": _device,
-        "dtype": _dtype,
-    }
-    if field in checks:
-        return checks[field](value, where)
-    return _int(value, where, 1)
-
-
-def _model(value: Any, where: str, known_models: Sequence[str]) -> str:
-    if not isinstance(value, str) or value not in known_models:
-        listing = ", ".join(sorted(known_models)) or "none"
+def _cell(
+    point: Mapping[str, Any], settings: Mapping[str, int], cache_len: int | None, where: str
+) -> Cell:
+    """A cell of `point` (axes) with `settings`; `max_cache_len` is kept on static cells only."""
+    own_len = cache_len if point.get("cache") == "static" else None
+    cell = Cell(**point, **settings, max_cache_len=own_len)  # type: ignore[arg-type]
+    needed = max(cell.final_positions, cell.prompt_len + 1)
+    positions = cell.cache_positions
+    if positions is not None and positions < needed:
         raise MatrixError(
-            f"{where}: unknown model {value!r}{_did_you_mean(str(value), known_models)}; "
-            f"use a file name from matrix/models/ (known: {listing}) or add "
-            f"matrix/models/{value}.yaml"
+            f"{where}: max_cache_len {positions} is below the {needed} positions cell "
+            f"{cell.id} needs (P + N - 1, and at least P + 1 for the decode step); raise it"
         )
-    return value
-
-
-def _device(value: Any, where: str) -> str:
-    if not isinstance(value, str) or not DEVICE_PATTERN.match(value):
-        raise MatrixError(f"{where}: unknown device {value!r}; use {DEVICE_FORMS}")
-    return value
-
-
-def _dtype(value: Any, where: str) -> str:
-    if not isinstance(value, str) or value not in DTYPES:
-        hint = _did_you_mean(str(value), DTYPES)
-        raise MatrixError(f"{where}: unknown dtype {value!r}{hint}; use one of {', '.join(DTYPES)}")
-    return value
-
-
-def _int(value: Any, where: str, minimum: int) -> int:
-    # YAML `true` is an int subclass in Python; a boolean is never a count.
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        bound = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        raise MatrixError(f"{where}: {value!r} is not valid; use {bound}")
-    return value
-
-
-def _excludes(
-    raw: Any, axes: Mapping[str, Sequence[Any]], where: str
-) -> list[dict[str, tuple[Any, ...]]]:
-    if not isinstance(raw, list):
-        raise MatrixError(
-            f"{where}: exclude must be a list of partial cells, e.g. "
-            "`exclude: [{model: llama-3.1-8b, batch: 8}]`"
-        )
-    by_field = {AXES[key]: values for key, values in axes.items()}
-    rules: list[dict[str, tuple[Any, ...]]] = []
-    for index, entry in enumerate(raw):
-        here = f"{where}: exclude[{index}]"
-        if not isinstance(entry, Mapping) or not entry:
-            raise MatrixError(
-                f"{here}: expected a non-empty mapping of axis values, e.g. "
-                "`{model: llama-3.1-8b, batch: 8}`"
-            )
-        _check_keys(entry, CELL_AXES, where=here, what="axis")
-        rule: dict[str, tuple[Any, ...]] = {}
-        for field, value in entry.items():
-            values = value if isinstance(value, list) else [value]
-            for item in values:
-                # An exclude value absent from its axis matches nothing: almost always a typo.
-                if item not in by_field[field]:
-                    listed = ", ".join(str(v) for v in by_field[field])
-                    raise MatrixError(
-                        f"{here}.{field}: {item!r} is not in the matrix's {field} values "
-                        f"({listed}), so this exclude matches nothing; fix the value or drop it"
-                    )
-            rule[field] = tuple(values)
-        rules.append(rule)
-    return rules
-
-
-def _matches(rule: Mapping[str, tuple[Any, ...]], point: Mapping[str, Any]) -> bool:
-    return all(point[field] in values for field, values in rule.items())
+    return cell
 
 
 def _includes(
-    raw: Any, settings: Mapping[str, int], where: str, known_models: Sequence[str]
+    raw: Any,
+    settings: Mapping[str, int],
+    cache_len: int | None,
+    where: str,
+    known_models: Sequence[str],
 ) -> Iterable[Cell]:
     if not isinstance(raw, list):
         raise MatrixError(
             f"{where}: include must be a list of whole cells, e.g. `include: [{{model: ..., "
             "device: cpu, dtype: float32, batch: 1, prompt_len: 128, new_tokens: 32}]`"
         )
-    allowed = (*CELL_AXES, *DEFAULT_SETTINGS)
+    allowed = (*CELL_AXES, *RUN_MODE_AXES, *DEFAULT_SETTINGS, "max_cache_len")
     for index, entry in enumerate(raw):
         here = f"{where}: include[{index}]"
         if not isinstance(entry, Mapping):
             raise MatrixError(f"{here}: expected a mapping with every axis: {', '.join(CELL_AXES)}")
-        _check_keys(entry, allowed, where=here, what="key")
+        check_keys(entry, allowed, where=here, what="key")
         missing = [field for field in CELL_AXES if field not in entry]
         if missing:
             raise MatrixError(
                 f"{here}: an included cell needs every axis; add {', '.join(missing)}"
             )
-        point = {
-            field: _value(field, entry[field], f"{here}.{field}", known_models)
-            for field in CELL_AXES
-        }
+        # Every axis may be a list: the entry adds the product of its lists.
+        choices: dict[str, list[Any]] = {}
+        for field in CELL_AXES:
+            values = entry[field] if isinstance(entry[field], list) else [entry[field]]
+            choices[field] = [
+                axis_value(field, value, f"{here}.{field}", known_models) for value in values
+            ]
+        for field in RUN_MODE_AXES:
+            if field in entry:
+                choices[field] = run_mode_axis(entry[field], field, f"{here}.{field}")
         own = {
-            name: _int(entry.get(name, settings[name]), f"{here}.{name}", SETTING_MINIMUM[name])
+            name: whole_number(
+                entry.get(name, settings[name]), f"{here}.{name}", SETTING_MINIMUM[name]
+            )
             for name in DEFAULT_SETTINGS
         }
-        yield Cell(**point, **own)  # type: ignore[arg-type]
+        own_len = cache_len
+        if "max_cache_len" in entry:
+            own_len = whole_number(entry["max_cache_len"], f"{here}.max_cache_len", 1)
+        for values in itertools.product(*choices.values()):
+            yield _cell(dict(zip(choices, values, strict=True)), own, own_len, here)
 
 
 def _check_unique(cells: Sequence[Cell], where: str) -> None:
@@ -417,8 +421,3 @@ def _check_unique(cells: Sequence[Cell], where: str) -> None:
                 "remove the include or exclude the product cell"
             )
         seen.add(cell.id)
-
-
-def _did_you_mean(word: str, choices: Iterable[str]) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -25,7 +25,8 @@ from benchmarks.harness.devices import parse_dtype, resolve_device
 from benchmarks.harness.engine import Engine
 from benchmarks.harness.errors import PhasebenchError
 from benchmarks.harness.matrix import Cell
-from benchmarks.harness.models import MODELS_DIR, ModelSpec, build_model, load_model_spec
+from benchmarks.harness.models import MODELS_DIR, ModelSpec, load_model_spec
+from benchmarks.harness.runmode import build_cell_model
 
 
 class BuildFailedError(PhasebenchError):
@@ -36,7 +37,7 @@ class BuildFailedError(PhasebenchError):
 class Loaded:
     """A built model, its engine, and what the suite records about the build."""
 
-    key: tuple[str, str, str]
+    key: tuple[str, ...]  # Cell.build_key
     spec: ModelSpec
     model: Any
     engine: Engine
@@ -76,7 +77,7 @@ class ModelCache:
         self._models_dir = MODELS_DIR if models_dir is None else models_dir
         self._on_event = on_event or (lambda _line: None)
         self._loaded: Loaded | None = None
-        self._failed: dict[tuple[str, str, str], str] = {}
+        self._failed: dict[tuple[str, ...], str] = {}
 
     @property
     def current(self) -> Loaded | None:
@@ -117,7 +118,8 @@ class ModelCache:
         spec = load_model_spec(cell.model, self._models_dir)
         self._on_event(f"building {cell.model} on {device} in {cell.dtype} ...")
         started_s = time.perf_counter()
-        model = build_model(spec, device, dtype, seed=cell.seed)
+        # The cell's attention kernel and torch.compile mode (DESIGN §9; none: the defaults).
+        model = build_cell_model(spec, cell, device, dtype)
         build_s = time.perf_counter() - started_s
         size = weights_bytes(model)
         self._on_event(

@@ -8,7 +8,9 @@ A model file (schema 1) names its source:
 * `source: checkpoint` with `checkpoint:` a local directory or a hub id already in the local
   Hugging Face cache. Loading is offline (`local_files_only=True`): nothing is downloaded.
 
-It deliberately does not download anything, pick attention kernels, or quantise weights.
+`build_model(..., attention=...)` passes `attn_implementation` through (the matrix's
+`attention` axis, DESIGN §9); None keeps transformers' default kernel. It deliberately does not
+download anything, choose attention kernels itself, or quantise weights.
 """
 
 from __future__ import annotations
@@ -241,17 +243,26 @@ def load_model_spec(name_or_path: str, models_dir: Path = MODELS_DIR) -> ModelSp
     )
 
 
-def build_model(spec: ModelSpec, device: torch.device, dtype: torch.dtype, seed: int = 0) -> Any:
+def build_model(
+    spec: ModelSpec,
+    device: torch.device,
+    dtype: torch.dtype,
+    seed: int = 0,
+    attention: str | None = None,
+) -> Any:
     """The model of `spec` on `device` in `dtype`, in eval mode.
 
     `source: config` gets fast random weights (`randinit`); `device` may be `meta` for shape-only
-    work (no values at all). `source: checkpoint` loads the weights offline.
+    work (no values at all). `source: checkpoint` loads the weights offline. `attention` is the
+    `attn_implementation` (None: transformers' default).
     """
     device = torch.device(device)
+    kwargs: dict[str, Any] = {_DTYPE_KWARG: dtype}
+    if attention is not None:
+        kwargs["attn_implementation"] = attention
     if spec.source == "checkpoint":
-        return _load_checkpoint(spec, device, dtype)
+        return _load_checkpoint(spec, device, kwargs)
     config = spec.hf_config()
-    kwargs = {_DTYPE_KWARG: dtype}
     if device.type == "meta":
         with torch.device("meta"):
             model = _AUTO_MODEL.from_config(config, **kwargs)
@@ -268,12 +279,10 @@ def build_model_reference(spec: ModelSpec, device: torch.device, dtype: torch.dt
     return model.to(device).eval()
 
 
-def _load_checkpoint(spec: ModelSpec, device: torch.device, dtype: torch.dtype) -> Any:
+def _load_checkpoint(spec: ModelSpec, device: torch.device, kwargs: dict[str, Any]) -> Any:
     with _offline():
         try:
-            model = _AUTO_MODEL.from_pretrained(
-                spec.checkpoint, local_files_only=True, **{_DTYPE_KWARG: dtype}
-            )
+            model = _AUTO_MODEL.from_pretrained(spec.checkpoint, local_files_only=True, **kwargs)
         except (OSError, ValueError) as error:
             raise ModelError(spec._missing_checkpoint(error)) from error
     return model.to(device).eval()

@@ -10,7 +10,8 @@
 * `thermal_state` records what the OS exposes about temperature and clocks: Linux
   `/sys/class/thermal` zones and cpufreq `scaling_cur_freq`/`scaling_governor`, macOS
   `pmset -g therm` (via a subprocess with a timeout), NVIDIA clocks, temperature and throttle
-  reasons through `pynvml` (nvidia-ml-py) when it is installed. Readers never raise: a missing
+  reasons through `pynvml` (nvidia-ml-py) when it is installed, of the GPU torch's index names
+  (mapped by UUID: `gpuid.py`). Readers never raise: a missing
   file, command or library simply contributes nothing.
 
 Values are plain JSON: `*_hz` (clocks), `*_c` (degrees Celsius), strings and ints. This module
@@ -32,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from benchmarks.harness.gpuid import nvml_index, torch_cuda_uuid
 
 JsonScalar = str | int | float | bool | None
 
@@ -220,10 +223,20 @@ def macos_thermal(
     return state
 
 
-def nvidia_clocks(index: int, nvml: Any = None) -> dict[str, JsonScalar]:
+def nvidia_clocks(
+    index: int,
+    nvml: Any = None,
+    *,
+    torch_uuid: Callable[[int], str | None] = torch_cuda_uuid,
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, JsonScalar]:
     """SM/memory clocks, temperature and throttle reasons via pynvml; {} when it is absent.
 
-    `nvml` is the pynvml module (injected by tests); by default it is imported here, optionally.
+    `index` is torch's CUDA index; the NVML device is found through its UUID
+    (`gpuid.nvml_index`, honouring `CUDA_VISIBLE_DEVICES`), never by the same number, and
+    `gpu_nvml_index` records which one was read. No mapping, no readings. `nvml` is the pynvml
+    module, `torch_uuid` and `environ` the mapping's inputs (all injected by tests); by default
+    pynvml is imported here, optionally.
     """
     module = nvml if nvml is not None else _import_pynvml()
     if module is None:
@@ -234,7 +247,11 @@ def nvidia_clocks(index: int, nvml: Any = None) -> dict[str, JsonScalar]:
     except Exception:  # any NVML failure means "no clock data", never a crash
         return {}
     try:
-        handle = module.nvmlDeviceGetHandleByIndex(index)
+        found = nvml_index(index, module, torch_uuid=torch_uuid, environ=environ)
+        if found is None:
+            return {}
+        handle = module.nvmlDeviceGetHandleByIndex(found)
+        state["gpu_nvml_index"] = found
         probes: Mapping[str, Callable[[], Any]] = {
             "gpu_sm_clock_hz": lambda: (
                 module.nvmlDeviceGetClockInfo(handle, module.NVML_CLOCK_SM) * 1_000_000

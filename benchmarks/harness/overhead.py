@@ -1,24 +1,31 @@
 """How much the owned engine costs over a bare forward loop and over HF `model.generate`.
 
-Four measurements on the same model, prompt and N, each synchronized (`devices.timed`):
+Four measurements on the same model, prompt and N, each bracketed by a device sync
+(`devices.timed`):
 
-* **engine step**: `Engine.decode_step` (forward + greedy argmax + cache hand-over), per step;
-* **bare step**: `model(input_ids=tok, <cache kwarg>=cache, use_cache=True)` + argmax, per step,
-  with the same sync and nothing else (no engine bookkeeping);
-* **engine generate**: the whole owned loop `Engine.generate(ids, N)` (with its instrumentation)
-  timed wall-clock; **HF generate**: `model.generate(max_new_tokens=N, min_new_tokens=N,
-  do_sample=False)` timed wall-clock. Each gives a per-token time by the same method:
-  `(total - prefill) / (N - 1)`, where `prefill` is the median of a separately timed bare
-  prefill forward (`[B, P]`, last-position logits, argmax). Both loops produce token 1 by a
-  prefill and tokens 2..N by N - 1 decode steps, so subtracting one prefill leaves the decode
-  part; any prefill-side overhead of either loop (input prep, logits processors) lands in its
-  per-token figure, which is the point.
+* **bare prefill**: one forward over `[B, P]` (last-position logits) + argmax;
+* **bare loop**: that prefill and N - 1 decode steps, `model(...)` + argmax each, tokens kept on
+  the device and copied to the host once at the end: nothing but the model's own work;
+* **engine loop**: the whole instrumented `Engine.generate(ids, N)`, exactly what
+  `test_generate` times and users of phasebench run: per-step syncs for the model-side step
+  times, each token's copy to the host, the KV measurement, memory counters and CPU meter
+  between tokens;
+* **HF generate**: `model.generate(max_new_tokens=N, min_new_tokens=N, do_sample=False)`.
 
-Ratios: `overhead_vs_bare = engine_step_s / bare_step_s` and `overhead_vs_hf_generate =
-engine_generate_token_s / hf_generate_token_s` (1.0 = same cost; above 1 = ours is slower).
-Drift is cancelled by interleaving: every round runs all four measurements, in forward order on
-even rounds and reversed on odd ones (ABCD DCBA ...), and the figures are medians over rounds.
-With N = 1 there is no decode step: every per-step/per-token figure and ratio is None.
+Each loop gives a per-token time by the same method, `(loop - prefill) / (N - 1)`, with
+`prefill` the median bare prefill: both make token 1 with a prefill and tokens 2..N with N - 1
+steps, so subtracting one prefill leaves the decode part, and any prefill-side extra of a loop
+(input prep, logits processors, the engine's bookkeeping after token 1) lands in its per-token
+figure, which is the point. Ratios: `overhead_vs_bare = engine_token_s / bare_token_s` and
+`overhead_vs_hf_generate = engine_token_s / hf_token_s` (1.0 = same cost; above 1 = ours is
+slower). A per-step delay d in the engine's bookkeeping moves `engine_generate_token_s` by about
+d (N bookkeeping points over N - 1 tokens) and the ratio by d / bare_token_s.
+
+Every loop runs once untimed first (HF `generate` pays first-call costs of its own: generation
+config, logits processors, cache setup, which the cell's warmup never touched). Drift is
+cancelled by interleaving: every round runs all four measurements, forward on even rounds and
+reversed on odd ones (ABCD DCBA ...), and the figures are medians over rounds. With N = 1 there
+is no decode step: every per-token figure and ratio is None.
 
 This module measures; it does not decide rounds or record history (benchmarks/test_overhead.py
 does, into `extra_info`).
@@ -46,8 +53,7 @@ class OverheadResult:
     new_tokens: int
     rounds: int
     prefill_s: float
-    engine_step_s: float | None
-    bare_step_s: float | None
+    bare_generate_token_s: float | None
     engine_generate_token_s: float | None
     hf_generate_token_s: float | None
     overhead_vs_bare: float | None
@@ -68,13 +74,13 @@ def measure_overhead(
     new_tokens: int,
     *,
     rounds: int = 5,
-    warmup_rounds: int = 1,
+    warmup_rounds: int = 0,
 ) -> OverheadResult:
-    """Interleaved engine / bare / engine-generate / HF-generate measurements (module docstring).
+    """Interleaved bare prefill / bare loop / engine loop / HF generate (module docstring).
 
-    `input_ids` is `[B, P]` on any device; `model` is on `device` in eval mode.
-    `warmup_rounds` full interleaved rounds run first and are discarded. Raises EngineError for
-    new_tokens < 1 or rounds < 1.
+    `input_ids` is `[B, P]` on any device; `model` is on `device` in eval mode. Every loop runs
+    once untimed first; `warmup_rounds` further interleaved rounds run and are discarded.
+    Raises EngineError for new_tokens < 1 or rounds < 1.
     """
     if new_tokens < 1 or rounds < 1 or warmup_rounds < 0:
         raise EngineError(
@@ -83,63 +89,50 @@ def measure_overhead(
         )
     engine = Engine(model, device)
     ids = input_ids.to(device)
+    host_ids = input_ids.to("cpu")  # the engine's client starts from host ids, as in the suite
     bare = BareLoop(model, device)
-    prefill_s: list[float] = []
-    engine_steps: list[float] = []
-    bare_steps: list[float] = []
-    engine_totals: list[float] = []
-    hf_totals: list[float] = []
+    recorded: dict[str, list[float]] = {"prefill": [], "bare": [], "engine": [], "hf": []}
 
-    def engine_steps_round() -> None:
-        prefill = engine.prefill(ids)
-        token, cache = prefill.next_token, prefill.cache
-        durations = _steps(engine.decode_step, token, cache, new_tokens, device)
-        engine_steps.append(statistics.median(durations))
+    def timed_call(name: str, call: Callable[[], object]) -> Callable[[], None]:
+        def measure() -> None:
+            with timed(device) as watch:
+                call()
+            recorded[name].append(watch.elapsed_s)
 
-    def bare_round() -> None:
-        elapsed, token, cache = bare.prefill(ids)
-        prefill_s.append(elapsed)
-        if new_tokens > 1:
-            durations = _steps(bare.decode_step, token, cache, new_tokens, device)
-            bare_steps.append(statistics.median(durations))
+        return measure
 
-    def engine_generate_round() -> None:
-        with timed(device) as watch:
-            engine.generate(ids, new_tokens)
-        engine_totals.append(watch.elapsed_s)
-
-    def hf_round() -> None:
-        with timed(device) as watch:
-            hf_generate(model, ids, new_tokens)
-        hf_totals.append(watch.elapsed_s)
-
-    order: list[Callable[[], None]] = [bare_round]
+    order = [timed_call("prefill", lambda: bare.prefill(ids))]
     if new_tokens > 1:
-        order = [engine_steps_round, bare_round, engine_generate_round, hf_round]
+        order += [
+            timed_call("bare", lambda: bare.generate(ids, new_tokens)),
+            timed_call("engine", lambda: engine.generate(host_ids, new_tokens)),
+            timed_call("hf", lambda: hf_generate(model, ids, new_tokens)),
+        ]
+    for measure in order:  # first calls: HF generate's own setup costs are not timed
+        measure()
     for r in range(warmup_rounds + rounds):
-        if r == warmup_rounds:  # warmup rounds pay first-call costs; drop what they recorded
-            for recorded in (prefill_s, engine_steps, bare_steps, engine_totals, hf_totals):
-                recorded.clear()
+        if r == warmup_rounds:  # the untimed first calls and warmup rounds are dropped
+            for values in recorded.values():
+                values.clear()
         for measure in order if r % 2 == 0 else reversed(order):
             measure()
 
-    prefill_median = statistics.median(prefill_s)
+    prefill_median = statistics.median(recorded["prefill"])
     if new_tokens == 1:
-        return OverheadResult(1, rounds, prefill_median, None, None, None, None, None, None)
-    engine_step = statistics.median(engine_steps)
-    bare_step = statistics.median(bare_steps)
-    engine_token = per_token_s(statistics.median(engine_totals), prefill_median, new_tokens)
-    hf_token = per_token_s(statistics.median(hf_totals), prefill_median, new_tokens)
+        return OverheadResult(1, rounds, prefill_median, None, None, None, None, None)
+    tokens = {
+        name: per_token_s(statistics.median(recorded[name]), prefill_median, new_tokens)
+        for name in ("bare", "engine", "hf")
+    }
     return OverheadResult(
         new_tokens=new_tokens,
         rounds=rounds,
         prefill_s=prefill_median,
-        engine_step_s=engine_step,
-        bare_step_s=bare_step,
-        engine_generate_token_s=engine_token,
-        hf_generate_token_s=hf_token,
-        overhead_vs_bare=ratio(engine_step, bare_step),
-        overhead_vs_hf_generate=ratio(engine_token, hf_token),
+        bare_generate_token_s=tokens["bare"],
+        engine_generate_token_s=tokens["engine"],
+        hf_generate_token_s=tokens["hf"],
+        overhead_vs_bare=ratio(tokens["engine"], tokens["bare"]),
+        overhead_vs_hf_generate=ratio(tokens["engine"], tokens["hf"]),
     )
 
 
@@ -185,22 +178,6 @@ def hf_generate(model: Any, input_ids: torch.Tensor, new_tokens: int) -> torch.T
     return out
 
 
-def _steps(
-    step: Callable[[torch.Tensor, Any], tuple[torch.Tensor, Any]],
-    token: torch.Tensor,
-    cache: Any,
-    new_tokens: int,
-    device: torch.device,
-) -> list[float]:
-    """N - 1 synchronized decode steps from a fresh prefill state; their durations."""
-    durations: list[float] = []
-    for _ in range(new_tokens - 1):
-        with timed(device) as watch:
-            token, cache = step(token, cache)
-        durations.append(watch.elapsed_s)
-    return durations
-
-
 class BareLoop:
     """The model's forward and an argmax, nothing else: the floor the engine is compared to."""
 
@@ -211,16 +188,27 @@ class BareLoop:
         logits_kwarg = compat.logits_kwarg(model)
         self.prefill_kwargs = {} if logits_kwarg is None else {logits_kwarg: 1}
 
-    def prefill(self, ids: torch.Tensor) -> tuple[float, torch.Tensor, Any]:
-        with timed(self.device) as watch, torch.inference_mode():
+    def prefill(self, ids: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        """One forward over `[B, P]` + argmax: token 1 `[B, 1]` and the cache (untimed)."""
+        with torch.inference_mode():
             out = self.model(input_ids=ids, use_cache=True, **self.prefill_kwargs)
             token = out.logits[:, -1, :].argmax(dim=-1, keepdim=True)
         # Same cache form the engine hands on (4.46 legacy tuples become a DynamicCache once),
         # so the comparison is about per-step work, not a per-step tuple conversion.
-        return watch.elapsed_s, token, compat.adopt_cache(self.model, compat.output_cache(out))
+        return token, compat.adopt_cache(self.model, compat.output_cache(out))
 
     def decode_step(self, token: torch.Tensor, cache: Any) -> tuple[torch.Tensor, Any]:
+        """One forward of `[B, 1]` with the cache + argmax, nothing else."""
         with torch.inference_mode():
             out = self.model(input_ids=token, use_cache=True, **{self.cache_kwarg: cache})
             next_token = out.logits[:, -1, :].argmax(dim=-1, keepdim=True)
         return next_token, compat.output_cache(out)
+
+    def generate(self, ids: torch.Tensor, new_tokens: int) -> torch.Tensor:
+        """N tokens: the prefill and N - 1 steps, tokens on the device, one copy to the host."""
+        token, cache = self.prefill(ids)
+        tokens = [token]
+        for _ in range(new_tokens - 1):
+            token, cache = self.decode_step(token, cache)
+            tokens.append(token)
+        return torch.cat(tokens, dim=-1).to("cpu")

@@ -9,20 +9,26 @@ What is counted (DESIGN §3 "roofline"), from the Hugging Face config alone:
   given, and the LM head on the positions whose logits are computed (prefill: the last position
   only, as `generate` and our engine do, unless the forward cannot limit them; decode: the one
   new position).
-* **Attention keys** follow what the dense kernels are handed: in prefill every query meets all
-  P keys (causal and sliding-window masking are *not* subtracted: eager and math/CPU SDPA kernels
-  compute the masked scores, and this is the convention of `torch.utils.flop_counter` and of the
-  PaLM/nanoGPT MFU formulas); in a decode step at context T the new query meets the positions the
-  layer's cache holds plus itself, `held(T) + 1`, where `held` comes from
-  `benchmarks.harness.kv.analytic_kv` (T on full layers, `min(T, W - 1)` on sliding layers in
-  transformers >= 4.56), so KV accounting and FLOPs never disagree.
+* **Attention keys** follow what the dense kernels are handed. Prefill: every query meets all
+  P keys, **P^2 pairs per sequence and layer, not the causal P(P+1)/2 or P^2/2**
+  (`prefill_attention_pairs`): eager and math/CPU SDPA kernels compute the masked scores, as
+  `torch.utils.flop_counter` and the PaLM/nanoGPT MFU formulas count; a fused kernel that skips
+  masked blocks does about half the counted attention work. Decode at context T: the new query
+  meets what the layer's cache holds plus itself, `held(T) + 1`, `held` from
+  `kv.analytic_kv` (T on full layers, `min(T, W - 1)` on sliding layers in transformers >=
+  4.56), so KV accounting and FLOPs never disagree.
 * **Bytes per decode step** = weights read + KV read + KV written. Weights: every parameter once
   per step (unique storage; a tied LM head counts once, as the full matrix, because the LM head
   reads all of it); an embedding table that is *not* the LM head is read for only B rows (one row
   per sequence; the rest of the table is never touched). Buffers (RoPE `inv_freq`, ...) are
   ignored: they are tiny and usually cache-resident. KV read: the analytic KV bytes at the
   context T (`analytic_kv(...).total_bytes`). KV written: one position on every attention layer
-  (`kv_bytes_per_token`). Activations are not counted: at decode they are kilobytes.
+  (`kv_bytes_per_token`). Activations are not counted: at decode they are kilobytes. **The
+  dynamic cache's per-step copy is not counted**: `DynamicCache` grows by `torch.cat`, which
+  reads the T cached positions and writes T + 1 again every step (about 2 x the KV bytes read,
+  measured in tests/test_roofline.py); a static cache does not copy. `decode_bytes` is the
+  compulsory traffic of a step whatever the cache, so a dynamic-cache step really moves more
+  and its `decode_pct_of_peak_bandwidth` understates the bandwidth it uses.
 * **Bytes per prefill** = weights read once + KV written for the P positions: every parameter
   once as above, except that an embedding table that is not the LM head counts `min(B*P, rows)`
   rows (one lookup per token); KV written is the analytic cache after prefill
@@ -184,11 +190,20 @@ def prefill_flops(
         linear_flops=batch * prompt_len * shape.linear_flops_per_token(),
         attention_flops=batch
         * attention_layers
-        * prompt_len
-        * prompt_len
+        * prefill_attention_pairs(prompt_len)
         * shape.attention_flops_per_query_key(),
         lm_head_flops=batch * logits_positions * shape.lm_head_flops_per_position(),
     )
+
+
+def prefill_attention_pairs(prompt_len: int) -> int:
+    """(query, key) pairs one prefill layer scores per sequence: P^2, the causal mask not removed.
+
+    The convention of this module and docs/measurement.md: the dense kernels phasebench times
+    on CPU (eager, math SDPA) compute every score and mask afterwards, so P(P+1)/2 would
+    undercount their work by half.
+    """
+    return prompt_len * prompt_len
 
 
 def prefill_logits_positions(model: Any, prompt_len: int) -> int:

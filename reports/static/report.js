@@ -81,20 +81,58 @@
       ctx.restore();
     };
   }
-  function trendChart(el, t) {
+  /* Stack changes between the runs shown: a purple dotted line with the change written on it. */
+  function stackLines(el, marks) {
+    return function (u) {
+      el.setAttribute("data-stack-marks", String(marks.length));  /* the browser test reads it */
+      var ctx = u.ctx, dpr = window.devicePixelRatio || 1;
+      ctx.save();
+      ctx.strokeStyle = "#7c3aed";
+      ctx.fillStyle = "#7c3aed";
+      ctx.setLineDash([2, 3]);
+      ctx.lineWidth = 1.5 * dpr;
+      ctx.font = (10 * dpr) + "px sans-serif";
+      marks.forEach(function (s) {
+        var x = Math.round(u.valToPos(s.x - 0.5, "x", true));
+        ctx.beginPath();
+        ctx.moveTo(x, u.bbox.top);
+        ctx.lineTo(x, u.bbox.top + u.bbox.height);
+        ctx.stroke();
+        /* near the right edge (a change into the current run) the label goes left of the line */
+        var right = x > u.bbox.left + u.bbox.width * 0.6;
+        ctx.textAlign = right ? "right" : "left";
+        ctx.fillText(s.text, right ? x - 3 * dpr : x + 3 * dpr, u.bbox.top + 11 * dpr);
+      });
+      ctx.restore();
+    };
+  }
+  /* x ticks: the run's short commit and date at integer positions (aggregated buckets: none). */
+  function runTicks(el, ticks) {
+    return function (u, vals) {
+      var out = vals.map(function (v) {
+        return Math.abs(v - Math.round(v)) < 1e-9 && ticks[Math.round(v)] !== undefined ? ticks[Math.round(v)].split(" ").join("\n") : "";
+      });
+      el.setAttribute("data-ticks", out.filter(function (x) { return x; }).join("|"));  /* for the browser test */
+      return out;
+    };
+  }
+  function trendChart(el, t, m) {
     var n = t.x.length;
     var current = t.y.map(function (v, i) { return i === n - 1 ? v : null; });
     var opts = {
-      width: Math.max(280, el.clientWidth), height: 200,
+      width: Math.max(280, el.clientWidth), height: 220,
       legend: { live: true },
       scales: { x: { time: false } },
-      axes: [{ label: "run" }, { values: function (u, vals) { return vals.map(ms); }, size: 70 }],
+      axes: [
+        { label: "commit · date", values: runTicks(el, m.ticks || []), size: 46, space: 70, incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500] },
+        { values: function (u, vals) { return vals.map(ms); }, size: 70 }
+      ],
       series: [
         { label: "run", value: function (u, v, si, di) { return di === null || di === undefined ? "–" : t.labels[di]; } },
         { label: t.metric, stroke: "#2563eb", width: 1.5, value: function (u, v) { return ms(v); }, points: { size: 4 } },
         { label: "current", stroke: "#dc2626", width: 0, value: function (u, v) { return ms(v); }, points: { size: 10, fill: "#dc2626" } }
       ],
-      hooks: { draw: [stepLines(t.steps)] }
+      hooks: { draw: [stepLines(t.steps), stackLines(el, m.stack || [])] }
     };
     return new uPlot(opts, [t.x, t.y, current], el);
   }
@@ -259,7 +297,7 @@
     var m = data[parseInt(el.getAttribute("data-machine"), 10)];
     var id = el.getAttribute("data-chart");
     var kind = el.getAttribute("data-kind");
-    if (kind === "trend") { trendChart(el, m.trends[id]); }
+    if (kind === "trend") { trendChart(el, m.trends[id], m); }
     else if (kind === "roofline") { rooflineChart(el, m.roofline[id]); }
     else { curveChart(el, m.curves[id]); }
   }

@@ -85,6 +85,7 @@ class RunSpec:
     rounds: int = 5
     round_cv: float = 0.03
     run_cv: float = 0.02
+    hardware_id: str | None = None  # set: write hardware_id, stack and planned (issue 13)
 
 
 def _stats(data: Sequence[float]) -> dict[str, Any]:
@@ -246,6 +247,21 @@ def make_run(spec: RunSpec, cells: Sequence[Cell] = DEFAULT_CELLS, seed: int = 0
         "transformers": spec.transformers,
         "python": "3.11.2",
     }
+    phasebench: dict[str, Any] = {
+        "schema": 1,
+        "fingerprint": fingerprint,
+        "fingerprint_id": spec.fingerprint_id,
+    }
+    benchmarks = [_benchmark(rng, spec, m, c) for c in cells for m in MEASUREMENTS]
+    if spec.hardware_id is not None:
+        phasebench["hardware_id"] = spec.hardware_id
+        phasebench["stack"] = {
+            "torch": spec.torch,
+            "transformers": spec.transformers,
+            "python": "3.11.2",
+            "driver": "n/a",
+        }
+        phasebench["planned"] = sorted(b["fullname"] for b in benchmarks)
     return {
         "machine_info": {
             "node": "runner-1",
@@ -259,11 +275,7 @@ def make_run(spec: RunSpec, cells: Sequence[Cell] = DEFAULT_CELLS, seed: int = 0
             "release": "6.1.0-26-cloud-amd64",
             "system": "Linux",
             "cpu": {"brand_raw": "AMD EPYC 7B13", "count": 2, "arch": "X86_64"},
-            "phasebench": {
-                "schema": 1,
-                "fingerprint": fingerprint,
-                "fingerprint_id": spec.fingerprint_id,
-            },
+            "phasebench": phasebench,
         },
         "commit_info": {
             "id": spec.commit,
@@ -273,7 +285,7 @@ def make_run(spec: RunSpec, cells: Sequence[Cell] = DEFAULT_CELLS, seed: int = 0
             "project": "phasebench",
             "branch": spec.branch,
         },
-        "benchmarks": [_benchmark(rng, spec, m, c) for c in cells for m in MEASUREMENTS],
+        "benchmarks": benchmarks,
         "datetime": spec.when.isoformat(),
         "version": "5.3.1",
     }

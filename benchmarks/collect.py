@@ -1,0 +1,138 @@
+"""Collection of the benchmark suite: matrix cells -> parametrized, skipped, sharded, ordered.
+
+* `pytest_generate_tests` parametrizes every test that takes `cell`, indirectly, with the cell's
+  plain dict (objects in params are saved as `UNSERIALIZABLE`), its id as the test id, and the
+  synchronizing timer as its benchmark marker; cells this machine cannot run are skipped here,
+  with their reason.
+* `pytest_collection_modifyitems` drops the cells outside `--shard` (reported as deselected)
+  and orders every benchmark module's items so that one (model, device, dtype) runs together:
+  each model is built once per run and released before the next is built.
+
+Registered by `benchmarks/conftest.py`, which imports the hooks. Deliberately not here: loading
+the matrix (`benchmarks.configure`), building or measuring anything.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks.configure import SHARD_IDS, models_dir_option
+from benchmarks.harness import compat
+from benchmarks.harness.dtypespeed import slow_dtype_reason
+from benchmarks.harness.errors import PhasebenchError
+from benchmarks.harness.matrix import Cell, Matrix
+from benchmarks.harness.models import MODELS_DIR, load_model_spec
+from benchmarks.harness.plan import build_order, skip_reason
+from benchmarks.harness.runmode import measurement_skip_reason
+from benchmarks.harness.synctimer import synced_perf_counter
+from benchmarks.suite import MATRIX
+
+MODULE_ORDER = {
+    "test_prefill": 0,
+    "test_decode": 1,
+    "test_generate": 2,
+    "test_kv_cache": 3,
+    "test_overhead": 4,
+}
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize `cell` (indirectly, as plain dicts) with every cell of the matrix."""
+    if "cell" not in metafunc.fixturenames:
+        return
+    config = metafunc.config
+    matrix = config.stash[MATRIX]
+    models_dir = models_dir_option(config)
+    # A module may declare `ONE_CELL_PER_BUILD = True` (a diagnostic whose answer does not
+    # depend on P, N or B): it then runs on the first cell of each (model, device, dtype) only,
+    # and the other cells are skipped with that reason, never silently dropped.
+    once = bool(getattr(metafunc.module, "ONE_CELL_PER_BUILD", False))
+    # A matrix may leave a measurement out (`measurements:`): its module is skipped with the
+    # reason on every cell, so the run says what it did not measure.
+    measurement = getattr(metafunc.module, "MEASUREMENT", None)
+    left_out = measurement is not None and measurement not in matrix.measurements
+    reasons = {cell.id: _skip_reason(config, cell, models_dir) for cell in matrix.cells}
+    first_of_build: dict[tuple[str, ...], str] = {}
+    for cell in matrix.cells:
+        if reasons[cell.id] is None:
+            first_of_build.setdefault(cell.build_key, cell.id)
+    params = []
+    for cell in matrix.cells:
+        reason = reasons[cell.id]
+        if reason is None and left_out:
+            reason = f"{matrix.path.name} does not list `{measurement}` under measurements"
+        if reason is None:  # e.g. HF-generate comparisons of static/compiled cells
+            reason = measurement_skip_reason(cell, measurement)
+        if reason is None and once and first_of_build[cell.build_key] != cell.id:
+            first = first_of_build[cell.build_key]
+            reason = f"{metafunc.module.__name__} runs once per model, device and dtype: on {first}"
+        marks: list[pytest.MarkDecorator] = []
+        if reason is not None:
+            marks.append(pytest.mark.skip(reason=f"{cell.id}: {reason}"))
+        else:
+            marks.append(pytest.mark.benchmark(timer=synced_perf_counter(cell.device)))
+        params.append(pytest.param(cell.to_params(), id=cell.id, marks=marks))
+    metafunc.parametrize("cell", params, indirect=True)
+
+
+_SKIPS = pytest.StashKey["dict[str, str | None]"]()
+
+
+def _skip_reason(config: pytest.Config, cell: Cell, models_dir: Path | None) -> str | None:
+    # Computed once per cell: every benchmark module parametrizes the same cells.
+    known = config.stash.setdefault(_SKIPS, {})
+    if cell.id not in known:
+        try:
+            known[cell.id] = skip_reason(cell, models_dir) or _engine_reason(cell, models_dir)
+            # H4: a dtype this CPU only emulates (dtypespeed.py) is skipped with its measured
+            # ratio unless --allow-slow-dtypes; probed once per dtype, only for cells that run.
+            if known[cell.id] is None and not config.getoption("allow_slow_dtypes"):
+                known[cell.id] = slow_dtype_reason(cell.device, cell.dtype)
+        except PhasebenchError as error:
+            raise pytest.UsageError(f"{matrix_path(config)}: cell {cell.id}: {error}") from None
+    return known[cell.id]
+
+
+def _engine_reason(cell: Cell, models_dir: Path | None) -> str | None:
+    """A model the engine cannot run correctly on this transformers (compat.unsupported_reason)."""
+    spec = load_model_spec(cell.model, MODELS_DIR if models_dir is None else models_dir)
+    return compat.unsupported_reason(spec.hf_config())
+
+
+def matrix_path(config: pytest.Config) -> Path:
+    """The matrix file this run uses."""
+    path: Path = config.stash[MATRIX].path
+    return path
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect cells outside the shard; run each (model, device, dtype) together."""
+    matrix: Matrix = config.stash[MATRIX]
+    selected = config.stash[SHARD_IDS]
+    if selected is not None:
+        keep: list[pytest.Item] = []
+        drop: list[pytest.Item] = []
+        for item in items:
+            cell_id = _cell_id(item)
+            (drop if cell_id is not None and cell_id not in selected else keep).append(item)
+        if drop:
+            config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+    rank = build_order(matrix.cells)
+    # Stable sort: one (model, device, dtype) together, then cell by cell, then the measurements
+    # in the order a reader expects (prefill, decode, generate, kv).
+    items.sort(
+        key=lambda item: (
+            rank.get(_cell_id(item) or "", (-1, -1)),
+            MODULE_ORDER.get(item.path.stem, len(MODULE_ORDER)),
+        )
+    )
+
+
+def _cell_id(item: pytest.Item) -> str | None:
+    callspec = getattr(item, "callspec", None)
+    if callspec is None or "cell" not in callspec.params:
+        return None
+    return Cell.from_params(callspec.params["cell"]).id

@@ -1,0 +1,373 @@
+"""`python -m benchmarks.harness.ab` (`nox -s ab`): build both sides, run them interleaved, judge.
+
+    --base REF [--head REF] [--matrix FILE] [--out DIR] [--pairs N] [--apparatus base|head]
+    [--base-env K=V]... [--head-env K=V]... [--threshold X] [--alpha A] [--seed S]
+    [--interleave auto|rounds|process] [pytest/matrix options]
+
+Steps: resolve the refs (`git rev-parse`; an unknown ref is one line and exit 2), check them
+out into temporary worktrees, pick the apparatus tree (the base's by default; one from before
+A/B mode is refused in one line), validate the matrix against both sides' model files, build
+(or reuse) each side's Python environment, check that both models fit in memory at once, start
+the coordinator and both pytest processes in the apparatus tree, wait, then run
+`python -m reports.ab` on the two pytest-benchmark JSON files: it writes `DIR/ab.json`,
+`index.html` and `summary.md`, and its exit code (0 pass, 1 regression, 2 error) is ours.
+
+Everything a user can get wrong is an `ABError` (or a matrix/model error): one line, exit 2.
+It deliberately does not compute statistics (the harness never imports reports).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from benchmarks.harness.ab.coordinator import Coordinator
+from benchmarks.harness.ab.cpus import choose_cpus
+from benchmarks.harness.ab.sides import (
+    ROOT,
+    TURNSTILE,
+    ABError,
+    EnvSpec,
+    Side,
+    Worktrees,
+    environment,
+    has_turnstile,
+    parse_assignments,
+    probe_stack,
+    resolve_ref,
+)
+from benchmarks.harness.ab.turnstile import SIDE_VAR, SOCKET_VAR
+from benchmarks.harness.errors import PhasebenchError
+from benchmarks.harness.matrix import Matrix, load_matrix
+
+DEFAULT_MATRIX = Path("matrix/cpu.yaml")
+DEFAULT_OUT = Path("out/ab")
+DEFAULT_PAIRS = 20  # 30 catch 95 % of 10 % slowdowns at 2 % round noise (docs/ab.md)
+# pytest exit codes: 0 all passed, 1 some tests failed (their cells are `missing`), 5 nothing
+# collected; anything else (interrupted, internal error, usage error) measured nothing usable.
+_USABLE = (0, 1)
+STALE = ("ab.json", "index.html", "summary.md", "context.json", "turns.jsonl")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything one A/B run needs, checked."""
+
+    base_ref: str
+    head_ref: str | None
+    matrix: Path
+    out: Path
+    pairs: int | None
+    apparatus: str
+    base_env: Mapping[str, str]
+    head_env: Mapping[str, str]
+    report_args: tuple[str, ...]
+    pytest_args: tuple[str, ...]
+    seed: int
+    interleave: str
+    cpus: frozenset[int] | None = None
+    argv: tuple[str, ...] = ()
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.harness.ab",
+        description="A/B: two software stacks on this machine, rounds interleaved, paired verdicts",
+        allow_abbrev=False,  # unknown options go to pytest whole, never matched as abbreviations
+    )
+    p.add_argument("--base", required=True, metavar="REF", help="git ref of the base side")
+    p.add_argument("--head", metavar="REF", help="git ref of the head side (default: working tree)")
+    p.add_argument("--matrix", default=str(DEFAULT_MATRIX), help="matrix file (default cpu.yaml)")
+    p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder (default out/ab)")
+    p.add_argument(
+        "--pairs",
+        type=int,
+        help=f"paired rounds per benchmark (default: max(matrix rounds, {DEFAULT_PAIRS}))",
+    )
+    p.add_argument("--apparatus", choices=("base", "head"), default="base")
+    p.add_argument("--base-env", action="append", default=[], metavar="K=V")
+    p.add_argument("--head-env", action="append", default=[], metavar="K=V")
+    p.add_argument("--threshold", action="append", default=[], help="as the gate's (5%% default)")
+    p.add_argument("--alpha", help="suite-level false-alarm level (the gate's default)")
+    p.add_argument("--process-cv", help="between-process spread (reports/paired.py, 0.01)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the starting sides")
+    p.add_argument(
+        "--cpus",
+        metavar="LIST",
+        default="auto",
+        help="pin both sides to these same CPUs, e.g. 1 or 0-3 (Linux): a core busy with other "
+        "work then slows both sides alike; auto (default): with --threads N, the last N CPUs; "
+        "none: no pinning (docs/ab.md)",
+    )
+    p.add_argument(
+        "--interleave",
+        choices=("auto", "rounds", "process"),
+        default="auto",
+        help="rounds (alternate every round), process (one side after the other), or auto: "
+        "rounds when both sides' models fit in memory at once",
+    )
+    return p
+
+
+def parse_plan(argv: Sequence[str]) -> Plan:
+    """Parse the command line; unknown options go to both pytest runs."""
+    args, rest = _parser().parse_known_args(argv)
+    if args.pairs is not None and args.pairs < 2:
+        raise ABError(f"--pairs {args.pairs}: paired statistics need at least 2 pairs (10+ useful)")
+    report_args: list[str] = []
+    for item in args.threshold:
+        report_args += ["--threshold", item]
+    if args.alpha is not None:
+        report_args += ["--alpha", args.alpha]
+    if args.process_cv is not None:
+        report_args += ["--process-cv", args.process_cv]
+    elif choose_cpus(args.cpus, tuple(rest)) is not None:
+        # Pinned to the same CPUs, A/A runs here showed no spread between the two processes
+        # beyond the paired errors (docs/ab.md): the between-process term is not needed.
+        report_args += ["--process-cv", "0"]
+    return Plan(
+        base_ref=args.base,
+        head_ref=args.head,
+        matrix=Path(args.matrix).resolve(),
+        out=Path(args.out).resolve(),
+        pairs=args.pairs,
+        apparatus=args.apparatus,
+        base_env=parse_assignments(args.base_env, "--base-env"),
+        head_env=parse_assignments(args.head_env, "--head-env"),
+        report_args=tuple(report_args),
+        pytest_args=tuple(rest),
+        seed=args.seed,
+        interleave=args.interleave,
+        cpus=choose_cpus(args.cpus, tuple(rest)),
+        argv=tuple(argv),
+    )
+
+
+def _say(line: str) -> None:
+    print(f"ab: {line}", flush=True)
+
+
+def prepared_matrix(plan: Plan, models_dirs: tuple[Path, Path]) -> tuple[Path, Matrix]:
+    """The matrix both sides run: the given file, with `rounds` set to the pairs; validated."""
+    for models_dir in models_dirs:
+        matrix = load_matrix(plan.matrix, models_dir=models_dir)  # MatrixError on bad input
+    pairs = plan.pairs if plan.pairs is not None else max(matrix.rounds, DEFAULT_PAIRS)
+    data = yaml.safe_load(plan.matrix.read_text(encoding="utf-8"))
+    data["rounds"] = pairs
+    data["description"] = f"{data.get('description', '')} (A/B copy: {pairs} rounds)".strip()
+    plan.out.mkdir(parents=True, exist_ok=True)
+    copy = plan.out / plan.matrix.name
+    copy.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return copy, load_matrix(copy, models_dir=models_dirs[0])
+
+
+def side_tree(ref: str | None, trees: Worktrees) -> tuple[Path, str | None]:
+    """The side's tree (a fresh worktree of `ref`, or the working tree) and its commit."""
+    commit = None if ref is None else resolve_ref(ref)
+    return (ROOT if commit is None else trees.add(commit)), commit
+
+
+def build_side(name: str, ref: str | None, tree: Path, commit: str | None, plan: Plan) -> Side:
+    """Build (or reuse) the side's environment and check that it imports the suite's stack."""
+    env = plan.base_env if name == "base" else plan.head_env
+    spec = EnvSpec.of(tree, env)
+    python = environment(spec, EnvSpec.of(ROOT, {}), plan.out / "logs" / f"env-{name}.log")
+    label = "working tree" if ref is None else ref
+    where = commit[:12] if commit else "uncommitted changes included"
+    _say(f"{name}: {label} ({where}), python {python}")
+    return Side(name, label, commit, tree, python, dict(env), dict(probe_stack(python)))
+
+
+def side_command(side: Side, plan: Plan, matrix: Path, storage: Path) -> list[str]:
+    """The pytest run of one side (in the apparatus tree)."""
+    peaks = [] if any(a.startswith("--peaks") for a in plan.pytest_args) else ["--peaks=none"]
+    return [
+        str(side.python),
+        "-m",
+        "pytest",
+        "benchmarks",
+        f"--matrix={matrix}",
+        f"--models-dir={side.models_dir}",
+        "-p",
+        "benchmarks.harness.ab.turnstile",
+        f"--benchmark-json={plan.out / f'{side.name}.json'}",
+        f"--benchmark-storage=file://{storage / side.name}",
+        "-p",
+        "no:cacheprovider",
+        *peaks,
+        *plan.pytest_args,
+    ]
+
+
+def side_environment(side: Side, socket_path: Path | None) -> dict[str, str]:
+    """The caller's environment (xdist markers dropped) + the side's variables + the turnstile."""
+    # pytest-benchmark disables itself under PYTEST_XDIST_WORKER (set when tests start us).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
+    env.pop(SOCKET_VAR, None)
+    env.update(side.env)
+    if socket_path is not None:
+        env[SOCKET_VAR], env[SIDE_VAR] = str(socket_path), side.name
+    return env
+
+
+def run_sides(
+    sides: Sequence[Side], plan: Plan, matrix: Path, apparatus: Path, mode: str
+) -> dict[str, int]:
+    """Run both sides' pytest (together through the coordinator, or one after the other)."""
+    logs = plan.out / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    codes: dict[str, int] = {}
+    with tempfile.TemporaryDirectory(prefix="phasebench-ab-") as tmp:
+        storage = Path(tmp)
+        coordinator = None
+        if mode == "rounds":
+            coordinator = Coordinator(
+                storage / "turnstile.sock", plan.out / "turns.jsonl", plan.seed
+            )
+        running: list[tuple[Side, subprocess.Popen[bytes], Any]] = []
+        try:
+            for side in sides:
+                sink = (logs / f"{side.name}.log").open("w", encoding="utf-8")
+                socket_path = None if coordinator is None else coordinator.socket_path
+                process = subprocess.Popen(
+                    side_command(side, plan, matrix, storage),
+                    cwd=apparatus,
+                    env=side_environment(side, socket_path),
+                    stdout=sink,
+                    stderr=subprocess.STDOUT,
+                )
+                if plan.cpus is not None:
+                    # Before the interpreter has started a thread: its threads inherit the mask.
+                    os.sched_setaffinity(process.pid, plan.cpus)
+                running.append((side, process, sink))
+                if coordinator is None:  # process-level: one side after the other
+                    codes[side.name] = process.wait()
+                    sink.close()
+            for side, process, sink in running:
+                codes[side.name] = process.wait()
+                sink.close()
+        finally:
+            # Interrupted (Ctrl-C, a CI timeout's SIGTERM): no side outlives the command.
+            for _, process, _ in running:
+                if process.poll() is None:
+                    process.terminate()
+                    process.wait()
+            if coordinator is not None:
+                coordinator.close()
+    return codes
+
+
+def memory_check(matrix: Path, base: Side, head: Side) -> tuple[bool, str]:
+    """`memory.fits_both` in a subprocess of the base's interpreter (no CUDA context here)."""
+    command = [str(base.python), "-m", "benchmarks.harness.ab.memory", str(matrix)]
+    command += [str(base.models_dir), str(head.models_dir)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ABError(f"the memory check of {matrix} failed ({last}); pass --interleave rounds")
+    check = json.loads(done.stdout.strip().splitlines()[-1])
+    return bool(check["fits"]), str(check["note"])
+
+
+def _last_error(log: Path) -> str:
+    lines = [ln.strip() for ln in log.read_text(encoding="utf-8", errors="replace").splitlines()]
+    errors = [ln for ln in lines if ln.startswith(("ERROR", "E ", "error")) and len(ln) > 6]
+    return (errors or [ln for ln in lines if ln] or ["no output"])[-1][:300]
+
+
+def ab(plan: Plan) -> int:
+    """Run the whole A/B comparison; returns the exit code (raises ABError on bad input)."""
+    started = time.perf_counter()
+    plan.out.mkdir(parents=True, exist_ok=True)
+    # A run that stops with exit 2 must not leave an older run's verdicts behind for CI to read.
+    for name in (*STALE, "base.json", "head.json"):
+        (plan.out / name).unlink(missing_ok=True)
+    with Worktrees() as trees:
+        # Trees first: an unknown ref, an old apparatus or a broken matrix cost no env build.
+        base_tree, base_commit = side_tree(plan.base_ref, trees)
+        head_tree, head_commit = side_tree(plan.head_ref, trees)
+        apparatus = base_tree if plan.apparatus == "base" else head_tree
+        if not has_turnstile(apparatus):
+            ref = plan.base_ref if plan.apparatus == "base" else plan.head_ref
+            raise ABError(
+                f"the {plan.apparatus} {ref!r} predates A/B mode (no {TURNSTILE}): measure "
+                "with --apparatus head, or pick a newer base"
+            )
+        models_dirs = (base_tree / "matrix" / "models", head_tree / "matrix" / "models")
+        matrix, loaded = prepared_matrix(plan, models_dirs)
+        base = build_side("base", plan.base_ref, base_tree, base_commit, plan)
+        head = build_side("head", plan.head_ref, head_tree, head_commit, plan)
+        mode = plan.interleave
+        memory_note = "not checked (--interleave given)"
+        if mode == "auto":
+            fits, memory_note = memory_check(matrix, base, head)
+            mode = "rounds" if fits else "process"
+            if not fits:
+                _say(f"{memory_note}: process-level interleaving (one side, then the other)")
+        cells = f"{len(loaded.cells)} cells, {loaded.rounds} pairs each"
+        pinned = "" if plan.cpus is None else f"; both sides on CPUs {sorted(plan.cpus)}"
+        _say(f"apparatus: {plan.apparatus} tree; {cells}; interleave {mode}{pinned}")
+        codes = run_sides((base, head), plan, matrix, apparatus, mode)
+        for side in (base, head):
+            log = plan.out / "logs" / f"{side.name}.log"
+            if codes[side.name] not in _USABLE or not (plan.out / f"{side.name}.json").is_file():
+                raise ABError(
+                    f"{side.name} side: pytest exit {codes[side.name]} measured nothing usable: "
+                    f"{_last_error(log)} (log {log})"
+                )
+    context = {
+        "matrix": str(plan.matrix),
+        "pairs": loaded.rounds,
+        "interleave": mode,
+        "memory": memory_note,
+        "apparatus": plan.apparatus,
+        "seed": plan.seed,
+        "cpus": None if plan.cpus is None else sorted(plan.cpus),
+        "wall_s": time.perf_counter() - started,
+        "command": shlex.join(["nox", "-s", "ab", "--", *plan.argv]),
+        "sides": {s.name: _side_context(s, codes[s.name]) for s in (base, head)},
+    }
+    (plan.out / "context.json").write_text(json.dumps(context, indent=1), encoding="utf-8")
+    report = [sys.executable, "-m", "reports.ab", "--out", str(plan.out), *plan.report_args]
+    return subprocess.call(report, cwd=ROOT)
+
+
+def _side_context(side: Side, code: int) -> dict[str, Any]:
+    return {
+        "label": side.label,
+        "commit": side.commit,
+        "env": dict(side.env),
+        "stack": dict(side.stack),
+        "pytest_exit": code,
+        "json": f"{side.name}.json",
+    }
+
+
+def _terminated(signum: int, frame: object) -> None:
+    # SIGTERM as an exception: the worktrees are removed and the sides stopped on the way out.
+    raise SystemExit(128 + signum)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point: 0 no regression, 1 a regression, 2 bad input (one line on stderr)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminated)
+    try:
+        return ab(parse_plan(sys.argv[1:] if argv is None else argv))
+    except PhasebenchError as error:
+        print(f"ab: error: {str(error).splitlines()[0] if str(error) else error}", file=sys.stderr)
+        return 2

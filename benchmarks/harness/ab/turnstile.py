@@ -1,0 +1,141 @@
+"""pytest plugin of an A/B side: each timed round of a benchmark waits for its turn.
+
+Loaded with `-p benchmarks.harness.ab.turnstile` by `python -m benchmarks.harness.ab`; it is
+inert unless `PHASEBENCH_AB_SOCKET` (the coordinator's UNIX socket) and `PHASEBENCH_AB_SIDE`
+(`base` or `head`) are set. It then
+
+* connects at configure time and, after collection, sends the run's test order;
+* replaces `benchmark.pedantic` of every test that uses the `benchmark` fixture with a version
+  that announces the benchmark (`enter`), asks for a turn before every round (its `setup` runs
+  inside the turn, so a cache restore happens while the other side waits), and says when its
+  rounds are over (`leave`, also after an exception), so the coordinator can alternate the two
+  sides' rounds (see `coordinator`).
+
+What is timed does not change: pytest-benchmark's own timer still brackets only the target, and
+each side writes ordinary pytest-benchmark JSON. Waiting happens in `setup`, outside the timed
+region. A benchmark the coordinator lets run `alone` calls the original `pedantic` untouched.
+
+It deliberately does not decide anything; the coordinator does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+SOCKET_VAR = "PHASEBENCH_AB_SOCKET"
+SIDE_VAR = "PHASEBENCH_AB_SIDE"
+_CLIENT = pytest.StashKey["TurnClient"]()
+
+
+class TurnstileError(RuntimeError):
+    """The coordinator went away or answered something unexpected."""
+
+
+class TurnClient:
+    """One side's connection to the coordinator: send a line, optionally wait for the reply."""
+
+    def __init__(self, path: str, side: str) -> None:
+        self.side = side
+        self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._socket.connect(path)
+        self._lines = self._socket.makefile("r", encoding="utf-8")
+        self.send({"op": "hello", "side": side, "pid": os.getpid()})
+
+    def send(self, message: dict[str, Any]) -> None:
+        """Send one message without waiting."""
+        self._socket.sendall((json.dumps(message) + "\n").encode())
+
+    def ask(self, message: dict[str, Any], *expected: str) -> str:
+        """Send one message and block until the coordinator answers; return the answer's op."""
+        self.send(message)
+        line = self._lines.readline()
+        if not line:
+            raise TurnstileError(f"A/B coordinator closed the connection ({self.side} side)")
+        op = str(json.loads(line).get("op"))
+        if op not in expected:
+            raise TurnstileError(f"A/B coordinator answered {op!r}, expected one of {expected}")
+        return op
+
+    def close(self) -> None:
+        """Close the connection (the coordinator then treats this side as gone)."""
+        self._lines.close()
+        self._socket.close()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Connect to the coordinator when this pytest process is an A/B side."""
+    path, side = os.environ.get(SOCKET_VAR), os.environ.get(SIDE_VAR)
+    if not path or not side:
+        return
+    if side not in ("base", "head"):
+        raise pytest.UsageError(f"{SIDE_VAR}={side!r}: use base or head")
+    config.stash[_CLIENT] = TurnClient(path, side)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Tell the coordinator the order this side will run its tests in."""
+    client = session.config.stash.get(_CLIENT, None)
+    if client is not None:
+        client.send({"op": "plan", "keys": [item.nodeid for item in session.items]})
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Disconnect: the coordinator stops waiting for this side."""
+    client = config.stash.get(_CLIENT, None)
+    if client is not None:
+        client.close()
+
+
+def turn_taking(pedantic: Callable[..., Any], client: TurnClient, key: str) -> Callable[..., Any]:
+    """`pedantic` whose every round (warmup rounds included) first waits for its turn."""
+
+    # Options by keyword, as the suite's modules pass them (pytest-benchmark's own order).
+    def wrapped(
+        target: Callable[..., Any],
+        *,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+        setup: Callable[[], Any] | None = None,
+        rounds: int = 1,
+        warmup_rounds: int = 0,
+        iterations: int = 1,
+        **more: Any,
+    ) -> Any:
+        call = {"args": args, "kwargs": kwargs, "rounds": rounds}
+        call.update({"warmup_rounds": warmup_rounds, "iterations": iterations, **more})
+        # iterations > 1 forbids a setup function (pytest-benchmark): such a benchmark runs alone.
+        if iterations > 1:
+            return pedantic(target, setup=setup, **call)
+        total = warmup_rounds + rounds
+        if client.ask({"op": "enter", "key": key, "rounds": total}, "paired", "alone") == "alone":
+            return pedantic(target, setup=setup, **call)
+        counter: Iterator[int] = iter(range(1 << 30))
+
+        def setup_in_turn() -> Any:
+            client.ask({"op": "turn", "round": next(counter)}, "go")
+            return None if setup is None else setup()
+
+        try:
+            return pedantic(target, setup=setup_in_turn, **call)
+        finally:
+            client.ask({"op": "leave"}, "release")
+
+    return wrapped
+
+
+@pytest.fixture(autouse=True)
+def _phasebench_ab_turns(request: pytest.FixtureRequest) -> None:
+    """Make this test's `benchmark.pedantic` take turns (A/B sides only)."""
+    client = request.config.stash.get(_CLIENT, None)
+    if client is None or "benchmark" not in request.fixturenames:
+        return
+    benchmark = request.getfixturevalue("benchmark")
+    if getattr(benchmark, "disabled", False):
+        return  # --benchmark-disable: nothing is timed, nothing to alternate
+    benchmark.pedantic = turn_taking(benchmark.pedantic, client, request.node.nodeid)

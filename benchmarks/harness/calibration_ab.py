@@ -1,0 +1,186 @@
+"""`--ab` calibration: A/B mode and history mode judged on the same runs, side by side.
+
+`python -m benchmarks.harness.calibration --ab` (`nox -s calibrate -- --ab ...`) runs the A/B
+command (`python -m benchmarks.harness.ab`) K times with nothing changed (A/A: both sides the
+working tree's stack, measured with its apparatus) and M times per injected slowdown, the head
+slowed through `--head-env PHASEBENCH_CALIBRATION_SLOWDOWN=s` (the base gets `=0`, so both
+sides time the same wrapped code path). Every run leaves `ab.json` (its paired verdicts) and the
+two sides' pytest-benchmark files. From the same files:
+
+* **A/B mode**: each run's `ab.json` is its outcome;
+* **history mode**: each run's *head* file is gated as the current run (`python -m reports gate
+  --current HEAD --baseline ...`) against the *base* files of the A/A runs: leave-one-out for
+  an A/A run (its own base, timed interleaved with it, is left out), all K for a slowed run.
+
+`calibration_analysis.analyse` turns each mode's outcomes into false-alarm and detection rates
+and MDEs; `calibration.json` (schema 1) holds `{"ab": ..., "history": ...}`, and
+`calibration.md` puts the headline figures of both modes side by side, then each mode's table.
+
+It deliberately judges nothing itself (the reports package does, as subprocesses).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from benchmarks.harness.calibration import ENV_VAR, CalibrationError
+from benchmarks.harness.calibration_analysis import (
+    SCHEMA,
+    GateOutcome,
+    analyse,
+    pct,
+    render_markdown,
+)
+from benchmarks.harness.calibration_run import ROOT, Plan, RunSpec, run_gate, schedule
+
+
+def ab_command(plan: Plan, spec: RunSpec, pairs: int, base: str, seed: int) -> list[str]:
+    """The A/B run of `spec`: the head slowed by `spec.slowdown`, the base by 0."""
+    return [
+        sys.executable,
+        "-m",
+        "benchmarks.harness.ab",
+        "--base",
+        base,
+        "--apparatus",
+        "head",
+        "--matrix",
+        str(plan.matrix),
+        "--out",
+        str(plan.out / "runs" / spec.label),
+        "--pairs",
+        str(pairs),
+        "--seed",
+        str(seed),
+        "--base-env",
+        f"{ENV_VAR}=0",
+        "--head-env",
+        f"{ENV_VAR}={spec.slowdown!r}",
+        *plan.gate_args,
+        *plan.pytest_args,
+    ]
+
+
+def run_ab(plan: Plan, spec: RunSpec, command: list[str], step: str) -> GateOutcome:
+    """Run one A/B comparison (or reuse its `ab.json`); its JSON becomes the outcome."""
+    folder = plan.out / "runs" / spec.label
+    found = folder / "ab.json"
+    if plan.reuse and found.is_file():
+        print(f"calibrate: {step} {spec.label}: reusing {found}", flush=True)
+    else:
+        found.unlink(missing_ok=True)
+        folder.mkdir(parents=True, exist_ok=True)
+        started = time.perf_counter()
+        with (folder / "ab.log").open("w", encoding="utf-8") as sink:
+            code = subprocess.call(command, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT)
+        print(
+            f"calibrate: {step} {spec.label}: A/B exit {code} in "
+            f"{time.perf_counter() - started:.0f} s; log {folder / 'ab.log'}",
+            flush=True,
+        )
+        if code not in (0, 1) or not found.is_file():
+            raise CalibrationError(
+                f"A/B run {spec.label} failed (exit {code}); read {folder / 'ab.log'}"
+            )
+    document = json.loads(found.read_text(encoding="utf-8"))
+    return GateOutcome(spec.label, spec.slowdown, document, int(document["status"] == "fail"))
+
+
+def headline(ab: Mapping[str, Any], history: Mapping[str, Any]) -> list[str]:
+    """The side-by-side table: each mode's false alarms, detections and median MDE."""
+
+    def share(rate: Mapping[str, Any]) -> str:
+        return "n/a" if not rate["of"] else f"{rate['count']}/{rate['of']} ({pct(rate['rate'])})"
+
+    lines = [
+        "| measure | A/B (paired rounds) | history (gate against A/A runs) |",
+        "| --- | --- | --- |",
+    ]
+    for label, key in (
+        ("A/A runs with any `fail`", "suite_runs"),
+        ("A/A timing `fail`s", "timing_verdicts"),
+    ):
+        lines.append(
+            f"| {label} | {share(ab['false_alarm'][key])} | {share(history['false_alarm'][key])} |"
+        )
+    for mine, theirs in zip(ab["detection"], history["detection"], strict=True):
+        s = pct(mine["slowdown"], 0)
+        lines.append(
+            f"| {s} slowdown: timings caught | {share(mine['timing_verdicts'])} | "
+            f"{share(theirs['timing_verdicts'])} |"
+        )
+        lines.append(
+            f"| {s} slowdown: runs failed | {share(mine['suite_runs'])} | "
+            f"{share(theirs['suite_runs'])} |"
+        )
+    lines.append(
+        f"| timing MDE, median | {pct(ab['mde']['median'])} | {pct(history['mde']['median'])} |"
+    )
+    return lines
+
+
+def calibrate_ab(plan: Plan, pairs: int, base: str, command: str) -> dict[str, Any]:
+    """Run every A/B run, gate the same files as history, analyse both; write JSON and Markdown."""
+    if pairs < 3:
+        raise CalibrationError(f"--pairs {pairs}: paired statistics need at least 3 pairs")
+    runs = schedule(plan.aa_runs, plan.slow_runs, plan.slowdowns)
+    ab_outcomes = [
+        run_ab(plan, spec, ab_command(plan, spec, pairs, base, i), f"[{i}/{len(runs)}]")
+        for i, spec in enumerate(runs, 1)
+    ]
+    side = {s.label: plan.out / "runs" / s.label for s in runs}
+    aa_bases = [side[s.label] / "base.json" for s in runs if s.slowdown == 0.0]
+    history_outcomes = []
+    for spec in runs:
+        own = side[spec.label] / "base.json"
+        baseline = [p for p in aa_bases if p != own]
+        history_outcomes.append(run_gate(plan, spec, side[spec.label] / "head.json", baseline))
+    result: dict[str, Any] = {
+        "schema": SCHEMA,
+        "context": {
+            "mode": "ab",
+            "matrix": str(plan.matrix),
+            "aa_runs": plan.aa_runs,
+            "slow_runs": plan.slow_runs,
+            "slowdowns": list(plan.slowdowns),
+            "pairs": pairs,
+            "base": base,
+            "gate_args": list(plan.gate_args),
+            "pytest_args": list(plan.pytest_args),
+            "created": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "command": command,
+        },
+        "ab": analyse(ab_outcomes),
+        "history": analyse(history_outcomes),
+    }
+    (plan.out / "calibration.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
+    (plan.out / "calibration.md").write_text(render_both(result), encoding="utf-8")
+    return result
+
+
+def render_both(result: Mapping[str, Any]) -> str:
+    """`calibration.md` of an `--ab` calibration: the side-by-side table, then each mode's."""
+    context = result["context"]
+    lines = [
+        "# Calibration: A/B mode and history mode on the same runs",
+        "",
+        f"Matrix `{context['matrix']}`, {context['aa_runs']} A/A runs and {context['slow_runs']} "
+        f"runs per head slowdown ({', '.join(pct(s, 0) for s in context['slowdowns'])}), "
+        f"{context['pairs']} pairs per benchmark. Created {context['created']}.",
+        "",
+        f"Reproduce: `{context['command']}`",
+        "",
+        *headline(result["ab"], result["history"]),
+        "",
+    ]
+    sections: Sequence[tuple[str, str]] = (("A/B mode", "ab"), ("History mode", "history"))
+    for title, key in sections:
+        body = render_markdown(result[key]).split("\n", 1)[1]  # drop its own title
+        lines += [f"## {title}", body]
+    return "\n".join(lines)

@@ -1,0 +1,312 @@
+"""`python -m reports.ab`: paired verdicts of an A/B run, `ab.json`, `index.html`, `summary.md`.
+
+Reads the two sides' pytest-benchmark JSON (`DIR/base.json`, `DIR/head.json`, written by
+`python -m benchmarks.harness.ab`) and `DIR/context.json` (who the sides were), and judges
+every benchmark both sides ran:
+
+- its **timing** (pytest-benchmark's round statistic: `prefill_s`, `decode_step_s`, `e2e_s`,
+  `time_s`) from the paired rounds (`reports.paired`: Yuen's trimmed mean of the per-pair
+  log-ratios), with the gate's rule (`reports.decision`: one-sided test against `1 +
+  threshold`, Holm over every timing of the run, the MDE at the corrected level);
+- its **exact** metrics (`kv_*_bytes`, `weights_bytes`): head against base, exactly (larger =
+  `fail`, smaller = `improved`).
+
+Per-run scalars (TTFT, ITL percentiles, memory peaks) have one value per side and are not judged
+here; the history report keeps judging them across runs. A benchmark on one side only is `new`
+(head only) or `missing` (base only: the head could not run it, which fails like a `fail`).
+
+`ab.json` (schema 1): `schema`, `status` (`pass` / `fail` / `error`), `status_reason`,
+`threshold`, `alpha`, `context`, `counts`, `benchmarks` (`fullname`, `metric`, `kind`,
+`verdict`, `ratio` = head/base, `ci_low`, `ci_high`, `mde`, `threshold`, `pairs`, p-values,
+`base_value`, `head_value`, `log_ratios`, `note`). Exit 0 pass, 1 fail, 2 error.
+
+Deliberately not here: running the sides (benchmarks/harness/ab), the formulas (`paired`,
+`decision`), markup (`ab_render`). Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from reports.cli import parse_thresholds
+from reports.decision import RuleConfig, decide
+from reports.errors import ReportError
+from reports.metrics import PRIMARY_BY_MEASUREMENT, is_exact_metric
+from reports.paired import MIN_PAIRS, PROCESS_CV, log_ratios, trimmed_estimate
+from reports.runfile import BenchmarkResult, RunFile, load_files
+
+SCHEMA = 1
+DEFAULT_THRESHOLD = 0.05
+EXIT = {"pass": 0, "fail": 1, "error": 2}
+VERDICTS = ("fail", "missing", "inconclusive", "improved", "new", "pass")
+
+
+@dataclass(frozen=True)
+class ABConfig:
+    """The rule's settings: threshold (default and per metric) and the family-wise alpha."""
+
+    threshold: float = DEFAULT_THRESHOLD
+    per_metric: Mapping[str, float] = field(default_factory=dict)
+    alpha: float = RuleConfig.alpha
+    process_cv: float = PROCESS_CV
+
+    def threshold_for(self, metric: str) -> float:
+        """The practical threshold of `metric`."""
+        return self.per_metric.get(metric, self.threshold)
+
+
+@dataclass(frozen=True)
+class ABEntry:
+    """The verdict on one benchmark's metric: head against base."""
+
+    fullname: str
+    metric: str
+    kind: str  # "timing" (paired rounds) or "exact"
+    verdict: str
+    threshold: float
+    pairs: int = 0
+    ratio: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    mde: float | None = None
+    p_fail: float | None = None
+    p_fail_adjusted: float | None = None
+    p_improved_adjusted: float | None = None
+    base_value: float | None = None
+    head_value: float | None = None
+    log_ratios: tuple[float, ...] = ()
+    note: str = ""
+
+
+def timing_metric(bench: BenchmarkResult) -> str:
+    """The name of the benchmark's round statistic (as `reports.metrics` names it)."""
+    measurement = bench.extra.get("measurement")
+    key = measurement if isinstance(measurement, str) else bench.group
+    return PRIMARY_BY_MEASUREMENT.get(key, "time_s")
+
+
+def exact_values(bench: BenchmarkResult) -> dict[str, float]:
+    """The benchmark's deterministic byte counts (`kv_*_bytes`, `weights_bytes`)."""
+    out: dict[str, float] = {}
+    for name, value in bench.extra.items():
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        if ok and name.endswith("_bytes") and is_exact_metric(name):
+            out[name] = float(value)
+    return out
+
+
+def _one_side(fullname: str, metric: str, kind: str, threshold: float, head_only: bool) -> ABEntry:
+    verdict, where = ("new", "head") if head_only else ("missing", "base")
+    return ABEntry(fullname, metric, kind, verdict, threshold, note=f"only the {where} ran it")
+
+
+def _exact(fullname: str, metric: str, base: float, head: float, threshold: float) -> ABEntry:
+    entry = ABEntry(fullname, metric, "exact", "pass", threshold, base_value=base, head_value=head)
+    entry = replace(entry, ratio=head / base if base else None, note="unchanged")
+    if head == base:
+        return entry
+    grew = head > base
+    note = f"{'grew' if grew else 'shrank'} by {abs(head - base):,.0f} (exact comparison)"
+    return replace(entry, verdict="fail" if grew else "improved", note=note)
+
+
+def judge(
+    base: Mapping[str, BenchmarkResult], head: Mapping[str, BenchmarkResult], config: ABConfig
+) -> list[ABEntry]:
+    """Verdicts of every benchmark and metric of the two sides (pure; module docstring)."""
+    names = list(base) + [n for n in head if n not in base]
+    timings: list[ABEntry] = []
+    others: list[ABEntry] = []
+    for fullname in names:
+        b, h = base.get(fullname), head.get(fullname)
+        if b is None or h is None:
+            present = h if b is None else b
+            assert present is not None
+            metric = timing_metric(present)
+            others.append(
+                _one_side(fullname, metric, "timing", config.threshold_for(metric), b is None)
+            )
+            for name in exact_values(present):
+                others.append(
+                    _one_side(fullname, name, "exact", config.threshold_for(name), b is None)
+                )
+            continue
+        metric = timing_metric(b)
+        threshold = config.threshold_for(metric)
+        diffs = tuple(log_ratios(b.rounds_s, h.rounds_s))
+        entry = ABEntry(
+            fullname,
+            metric,
+            "timing",
+            "inconclusive",
+            threshold,
+            pairs=len(diffs),
+            base_value=statistics.median(b.rounds_s),
+            head_value=statistics.median(h.rounds_s),
+            log_ratios=diffs,
+        )
+        if len(diffs) < MIN_PAIRS:
+            entry = replace(entry, note=f"{len(diffs)} pair(s): at least {MIN_PAIRS} are needed")
+            others.append(entry)
+        else:
+            timings.append(entry)
+        base_exact, head_exact = exact_values(b), exact_values(h)
+        for name in list(base_exact) + [n for n in head_exact if n not in base_exact]:
+            t = config.threshold_for(name)
+            if name not in head_exact or name not in base_exact:
+                others.append(_one_side(fullname, name, "exact", t, name not in base_exact))
+            else:
+                others.append(_exact(fullname, name, base_exact[name], head_exact[name], t))
+    return _decide_timings(timings, config) + others
+
+
+def _decide_timings(entries: Sequence[ABEntry], config: ABConfig) -> list[ABEntry]:
+    estimates = [trimmed_estimate(e.log_ratios) for e in entries]
+    decisions = decide(
+        [
+            est.evidence(e.threshold, config.process_cv)
+            for est, e in zip(estimates, entries, strict=True)
+        ],
+        RuleConfig(alpha=config.alpha),
+    )
+    out = []
+    for e, est, d in zip(entries, estimates, decisions, strict=True):
+        out.append(
+            replace(
+                e,
+                verdict=d.outcome,
+                ratio=d.ratio,
+                ci_low=d.ci_low,
+                ci_high=d.ci_high,
+                mde=d.mde,
+                p_fail=d.p_fail,
+                p_fail_adjusted=d.p_fail_adjusted,
+                p_improved_adjusted=d.p_improved_adjusted,
+                note=f"trimmed mean of {est.pairs} pairs' log-ratios, {est.trimmed_each_end} cut "
+                "from each end",
+            )
+        )
+    return out
+
+
+def status_of(entries: Sequence[ABEntry]) -> tuple[str, str]:
+    """(`pass` | `fail` | `error`, the reason in a few words)."""
+    compared = [e for e in entries if e.verdict not in ("new", "missing")]
+    if not compared:
+        return "error", "the two sides have no benchmark in common"
+    fails = sum(e.verdict == "fail" for e in entries)
+    missing = sum(e.verdict == "missing" for e in entries)
+    if fails or missing:
+        return "fail", f"{fails} regression(s) beyond the threshold, {missing} missing on the head"
+    return "pass", f"no regression beyond the threshold in {len(compared)} comparisons"
+
+
+def counts(entries: Sequence[ABEntry]) -> dict[str, int]:
+    """How many entries have each verdict (every verdict present)."""
+    return {v: sum(e.verdict == v for e in entries) for v in VERDICTS}
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, tuple | list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def ab_json(
+    entries: Sequence[ABEntry], config: ABConfig, context: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The `ab.json` document (schema 1)."""
+    status, reason = status_of(entries)
+    return {
+        "schema": SCHEMA,
+        "status": status,
+        "status_reason": reason,
+        "threshold": config.threshold,
+        "per_metric_threshold": dict(config.per_metric),
+        "alpha": config.alpha,
+        "process_cv": config.process_cv,
+        "counts": counts(entries),
+        "context": dict(context),
+        "benchmarks": [{k: _finite(v) for k, v in asdict(e).items()} for e in entries],
+    }
+
+
+def load_side(path: Path, name: str) -> tuple[RunFile, dict[str, BenchmarkResult]]:
+    """One side's pytest-benchmark file and its benchmarks by fullname; ReportError if unusable."""
+    files, skipped = load_files([path])
+    if skipped or not files:
+        reason = skipped[0].reason if skipped else "no file"
+        raise ReportError(f"{path}: the {name} side's results cannot be used ({reason})")
+    run = files[0]
+    return run, {b.fullname: b for b in run.benchmarks}
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m reports.ab", description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True, metavar="DIR", help="the A/B run's folder")
+    p.add_argument("--base", metavar="FILE", help="base JSON (default DIR/base.json)")
+    p.add_argument("--head", metavar="FILE", help="head JSON (default DIR/head.json)")
+    p.add_argument("--threshold", action="append", default=[], metavar="[METRIC=]FRACTION")
+    p.add_argument("--alpha", type=float, default=RuleConfig.alpha)
+    p.add_argument(
+        "--process-cv",
+        type=float,
+        default=PROCESS_CV,
+        help=f"between-process spread added to every paired error (default {PROCESS_CV})",
+    )
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Judge, write ab.json, index.html and summary.md; exit 0 pass, 1 fail, 2 error."""
+    from reports.ab_render import render_html, render_summary  # noqa: PLC0415 - jinja2 only here
+
+    args = _parser().parse_args(argv)
+    out = Path(args.out)
+    try:
+        default, per_metric = parse_thresholds(args.threshold)
+        if not 0.0 < args.alpha < 1.0:
+            raise ReportError(f"--alpha {args.alpha} is out of range: use 0 < alpha < 1, e.g. 0.01")
+        config = ABConfig(
+            threshold=DEFAULT_THRESHOLD if default is None else default,
+            per_metric=per_metric,
+            alpha=args.alpha,
+            process_cv=args.process_cv,
+        )
+        if not 0.0 <= args.process_cv < 1.0:
+            raise ReportError(f"--process-cv {args.process_cv}: use 0 <= value < 1, e.g. 0.01")
+        base_run, base = load_side(Path(args.base) if args.base else out / "base.json", "base")
+        head_run, head = load_side(Path(args.head) if args.head else out / "head.json", "head")
+    except ReportError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT["error"]
+    context_path = out / "context.json"
+    context: dict[str, Any] = (
+        json.loads(context_path.read_text(encoding="utf-8")) if context_path.is_file() else {}
+    )
+    context["machine"] = {"base": base_run.machine_label, "head": head_run.machine_label}
+    entries = judge(base, head, config)
+    document = ab_json(entries, config, context)
+    (out / "ab.json").write_text(json.dumps(document, indent=1), encoding="utf-8")
+    (out / "index.html").write_text(render_html(document), encoding="utf-8")
+    (out / "summary.md").write_text(render_summary(document), encoding="utf-8")
+    for e in entries:
+        if e.verdict in ("fail", "missing"):
+            change = "" if e.ratio is None else f" {e.ratio - 1:+.1%}"
+            print(f"{e.verdict.upper()} {e.fullname} {e.metric}{change} ({e.note})")
+    print(f"ab: {document['status'].upper()}: {document['status_reason']}; wrote {out / 'ab.json'}")
+    return EXIT[document["status"]]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
