@@ -38,8 +38,7 @@ seed: 0
 
 
 def run_ab(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    full = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
-    full.update(env or {})
+    full = {**os.environ, **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "benchmarks.harness.ab", *args],
         cwd=ROOT,
@@ -128,8 +127,7 @@ def test_sigterm_stops_the_sides_and_removes_the_worktree(tmp_path: Path, matrix
     # Its own TMPDIR (short: the coordinator's socket path must stay under ~100 characters)
     # tells this run's worktree apart from those of tests running in parallel.
     scratch = Path(tempfile.mkdtemp(prefix="ab-term-", dir="/tmp"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
-    env["TMPDIR"] = str(scratch)
+    env = {**os.environ, "TMPDIR": str(scratch)}
     process = subprocess.Popen(
         [sys.executable, "-m", "benchmarks.harness.ab", "--base", "HEAD", "--apparatus", "head",
          "--matrix", str(matrix), "--out", str(tmp_path / "ab"), "--pairs", "50"],

@@ -119,10 +119,6 @@ def run_suite(pytester, monkeypatch, *args, env):
         "warmup: 0\nrounds: 1\nseed: 0\n",
         encoding="utf-8",
     )
-    # The subprocess inherits this environment; xdist's worker variables would disable
-    # pytest-benchmark in it.
-    for name in [k for k in os.environ if k.startswith("PYTEST_XDIST_")]:
-        monkeypatch.delenv(name)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     return pytester.runpytest_subprocess(

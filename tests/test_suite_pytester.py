@@ -8,7 +8,6 @@ would, then reads what came out: outcomes, terminal lines, and the saved history
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -40,18 +39,6 @@ MODULES = tuple(sorted(p.stem for p in (ROOT / "benchmarks").glob("test_*.py")))
 # The test function of each module, where its name is not the module's (test_prefill_forward
 # times the model-side forward; it replaced test_prefill, which timed more).
 FUNCTIONS = {"test_prefill": "test_prefill_forward"}
-
-
-def clean_env() -> dict[str, str]:
-    """This environment minus pytest-xdist's worker variables: under `-n`, they would make the
-    inner pytest-benchmark believe it runs on an xdist worker and disable itself."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
-
-
-@pytest.fixture(autouse=True)
-def _not_an_xdist_worker(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in [k for k in os.environ if k.startswith("PYTEST_XDIST_")]:
-        monkeypatch.delenv(name)
 
 
 def write_matrix(path: Path, body: str) -> Path:
@@ -145,7 +132,7 @@ def main_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
         "-v",
     ]
     done = subprocess.run(
-        command, cwd=base, env=clean_env(), capture_output=True, text=True, timeout=300, check=False
+        command, cwd=base, capture_output=True, text=True, timeout=300, check=False
     )
     outlines = done.stdout.splitlines()
     return Run(
@@ -546,7 +533,7 @@ def _start(base: Path, matrix: Path, storage: Path, *args: str) -> subprocess.Po
     command = [sys.executable, "-m", "pytest", *COMMON, "--matrix", str(matrix)]
     command += [f"--benchmark-storage=file://{storage}", "-k", "prefill or decode", *args]
     return subprocess.Popen(
-        command, cwd=base, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        command, cwd=base, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True,
     )  # fmt: skip
 
