@@ -15,48 +15,11 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
-from functools import lru_cache
 from typing import Any
 
-import jinja2
-
-from reports.render import (
-    STATIC,
-    TEMPLATES,
-    fmt_bytes,
-    fmt_change,
-    fmt_p,
-    fmt_pct,
-    fmt_ratio,
-    fmt_seconds,
-    fmt_value,
-    md_escape,
-)
+from reports.render import STATIC, environment
 
 WIDTH, HEIGHT, PAD = 180, 24, 5
-
-
-@lru_cache(maxsize=2)
-def _environment(markdown: bool) -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(TEMPLATES),
-        autoescape=not markdown,
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-    )
-    env.filters.update(
-        seconds=fmt_seconds,
-        bytes=fmt_bytes,
-        pct=fmt_pct,
-        change=fmt_change,
-        ratio=fmt_ratio,
-        pval=fmt_p,
-        value=fmt_value,
-        md=md_escape,
-    )
-    return env
 
 
 def strip_points(entry: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -131,9 +94,9 @@ def render_html(document: Mapping[str, Any]) -> str:
     """The self-contained HTML page of an A/B run."""
     view = _view(document)
     view["report_css"] = (STATIC / "report.css").read_text(encoding="utf-8")
-    return _environment(False).get_template("ab.html.j2").render(**view)
+    return environment(False).get_template("ab.html.j2").render(**view)
 
 
 def render_summary(document: Mapping[str, Any]) -> str:
     """The Markdown summary of an A/B run (for a PR comment)."""
-    return _environment(True).get_template("ab_summary.md.j2").render(**_view(document))
+    return environment(True).get_template("ab_summary.md.j2").render(**_view(document))

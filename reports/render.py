@@ -2,7 +2,7 @@
 
 jinja2 with autoescape on and `StrictUndefined` (a missing value is a bug, not an empty cell).
 Every number reaches the templates in base units and is formatted only there, by the filters
-registered in `_environment`. Chart data goes in as `|tojson` (which escapes `<`, `>`, `&`, `'`),
+registered in `environment`. Chart data goes in as `|tojson` (which escapes `<`, `>`, `&`, `'`),
 and the vendored uPlot (reports/static, MIT) plus our own small script and CSS are inlined, so
 the file opens from `file://` with no network.
 
@@ -132,7 +132,8 @@ def md_escape(text: object) -> str:
 
 
 @lru_cache(maxsize=2)
-def _environment(markdown: bool) -> jinja2.Environment:
+def environment(markdown: bool) -> jinja2.Environment:
+    """The jinja2 environment of every template: HTML autoescaped, Markdown not; our filters."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
         autoescape=not markdown,
@@ -221,7 +222,7 @@ def chart_data(machine: MachineReport, index: int) -> dict[str, Any]:
 
 def render_html(report: Report, generated_at: str) -> str:
     """The self-contained HTML report."""
-    template = _environment(False).get_template("report.html.j2")
+    template = environment(False).get_template("report.html.j2")
     return template.render(
         report=report,
         generated_at=generated_at,
@@ -241,7 +242,7 @@ def _verdict_rows(report: Report) -> list[tuple[MachineReport, Verdict]]:
 
 def render_summary(report: Report, generated_at: str, budget: int = SUMMARY_BUDGET) -> str:
     """The PR comment, cut to `budget` characters by dropping table rows (with a note)."""
-    template = _environment(True).get_template("summary.md.j2")
+    template = environment(True).get_template("summary.md.j2")
     url = report.artifact_url or ARTIFACT_PLACEHOLDER
     rows = _verdict_rows(report)
     shown = min(len(rows), 50)
