@@ -26,7 +26,7 @@ from pytest_benchmark.utils import safe_dumps
 
 from benchmarks.harness.matrix import Matrix
 from benchmarks.harness.peaks import Peaks
-from benchmarks.harness.roofline import RooflineError
+from benchmarks.harness.roofline import RooflineError, roofline_extra_info
 
 if TYPE_CHECKING:
     import torch
@@ -187,6 +187,29 @@ def roofline_confirmed(
         if not peaks.source.startswith("measured"):
             raise
         return compute(remeasure())
+
+
+def cell_roofline(
+    run: CellRun,
+    peaks: Peaks,
+    remeasure: Callable[[], Peaks],
+    *,
+    prefill_s: float | None = None,
+    decode_step_s: float | None = None,
+) -> dict[str, Any]:
+    """`roofline_confirmed` for the run's model and cell, at the phase time(s) given."""
+    return roofline_confirmed(
+        lambda known: roofline_extra_info(
+            run.loaded.model,
+            batch=run.cell.batch,
+            prompt_len=run.cell.prompt_len,
+            peaks=known,
+            prefill_s=prefill_s,
+            decode_step_s=decode_step_s,
+        ),
+        peaks,
+        remeasure,
+    )
 
 
 class PeakMonitor(Protocol):

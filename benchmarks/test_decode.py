@@ -25,13 +25,12 @@ from benchmarks.harness.kv import kv_bytes_per_token, measure_kv
 from benchmarks.harness.kv_state import state_fields, state_mismatch
 from benchmarks.harness.peaks import Peaks
 from benchmarks.harness.records import median
-from benchmarks.harness.roofline import roofline_extra_info
 from benchmarks.harness.runmode_kv import analytic_layout, static_fields, static_fields_mismatch
 from benchmarks.suite import (
     CellRun,
     Rounds,
+    cell_roofline,
     memory_fields,
-    roofline_confirmed,
     round_times,
     start_record,
 )
@@ -98,16 +97,4 @@ def test_decode(
     assert static_fields_mismatch(info) is None, f"static cache: {static_fields_mismatch(info)}"
     # Last: a RooflineError (an achieved rate above the device's peak) is a bug signal that fails
     # the test, but must not cost the record its other metrics.
-    info.update(
-        roofline_confirmed(
-            lambda known: roofline_extra_info(
-                loaded.model,
-                batch=cell.batch,
-                prompt_len=cell.prompt_len,
-                peaks=known,
-                decode_step_s=step_s,
-            ),
-            peaks,
-            remeasure_peaks,
-        )
-    )
+    info.update(cell_roofline(run, peaks, remeasure_peaks, decode_step_s=step_s))
