@@ -67,15 +67,21 @@ def matrix(tmp_path: Path) -> Path:
 @pytest.mark.slow
 def test_a_tiny_ab_run_interleaves_pairs_and_judges_them(tmp_path: Path, matrix: Path):
     out = tmp_path / "ab"
+    # Up to PAIRS + 3 pairs, but a zero time budget stops every benchmark at --min-pairs: the
+    # early stop must keep the rounds timed so far as an ordinary pytest-benchmark record.
     done = run_ab(
         "--base", "HEAD", "--apparatus", "head", "--matrix", str(matrix), "--out", str(out),
-        "--pairs", str(PAIRS), "-k", "not overhead",
+        "--pairs", str(PAIRS + 3), "--min-pairs", str(PAIRS), "--pair-budget-s", "0",
+        "--threads", "1", "-k", "not overhead",
     )  # fmt: skip
     assert done.returncode in (0, 1), done.stdout + done.stderr
     doc = json.loads((out / "ab.json").read_text(encoding="utf-8"))
     assert doc["schema"] == 1
     assert doc["status"] == ("pass" if done.returncode == 0 else "fail")
     assert doc["context"]["interleave"] == "rounds"
+    # --threads 1 pins the rounds to the last CPU (Linux; elsewhere nothing is pinned).
+    pinned = sorted(os.sched_getaffinity(0))[-1:] if hasattr(os, "sched_getaffinity") else None
+    assert doc["context"]["cpus"] == pinned
     timings = [b for b in doc["benchmarks"] if b["kind"] == "timing"]
     assert {b["metric"] for b in timings} >= {"prefill_s", "decode_step_s", "e2e_s"}
     assert all(b["pairs"] == PAIRS for b in timings)
@@ -88,11 +94,17 @@ def test_a_tiny_ab_run_interleaves_pairs_and_judges_them(tmp_path: Path, matrix:
         assert all(len(b["stats"]["data"]) == PAIRS for b in raw["benchmarks"])
     # The coordinator's log: per benchmark, each pair's two rounds were granted back to back.
     turns: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    stops: dict[str, set[str]] = defaultdict(set)
     for line in (out / "turns.jsonl").read_text(encoding="utf-8").splitlines():
         turn = json.loads(line)
+        if turn.get("op") == "stop":
+            assert turn["pairs"] == PAIRS, turn
+            stops[turn["key"]].add(turn["side"])
+            continue
         assert turn["paired"], turn
         turns[turn["key"]].append((turn["side"], turn["round"]))
     assert len(turns) == len(timings)
+    assert all(stops[key] == {"base", "head"} for key in turns)
     for sequence in turns.values():
         assert len(sequence) == 2 * PAIRS
         for i in range(PAIRS):

@@ -1,14 +1,15 @@
-"""A/B interleaving: the randomized ABBA order and the coordinator's referee (pure, no sockets)."""
+"""A/B interleaving: the alternating order, the coordinator's referee and its pair budget (pure)."""
 
 from __future__ import annotations
 
 import itertools
 import random
 from collections import Counter
+from typing import Any
 
 import pytest
 
-from benchmarks.harness.ab.coordinator import Referee
+from benchmarks.harness.ab.coordinator import PairBudget, Referee
 from benchmarks.harness.ab.order import SIDES, pair_orders, turn_sequence
 
 BASE, HEAD = SIDES
@@ -52,9 +53,11 @@ def test_turn_sequence_pairs_round_i_with_round_i_and_appends_extra_rounds():
 class Sim:
     """Drives a Referee like two sides would; records who was told what."""
 
-    def __init__(self, seed: int = 0) -> None:
+    def __init__(self, seed: int = 0, **referee: Any) -> None:
         self.granted: list[tuple[str, str, int, bool]] = []
-        self.ref = Referee(random.Random(seed), on_grant=lambda *g: self.granted.append(g))
+        self.ref = Referee(
+            random.Random(seed), on_grant=lambda *g: self.granted.append(g), **referee
+        )
         self.inbox: dict[str, list[str]] = {BASE: [], HEAD: []}
 
     def __call__(self, replies):
@@ -184,3 +187,61 @@ def test_an_exception_in_one_sides_rounds_skips_its_remaining_turns():
         assert sim.last(other) == "go"
     sim(sim.ref.leave(other))
     assert sim.last(BASE) == sim.last(HEAD) == "release"
+
+
+class FakeClock:
+    """Seconds that pass only when the test says so."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _play_until_told(sim: Sim, clock: FakeClock, key: str, rounds: int, round_s: float) -> int:
+    """Both sides time granted rounds (each `round_s` long) until they leave; pairs timed."""
+    sim(sim.ref.enter(BASE, key, rounds))
+    sim(sim.ref.enter(HEAD, key, rounds))
+    asked = {BASE: 0, HEAD: 0}
+    for side in SIDES:
+        sim(sim.ref.turn(side, 0))
+    while not (sim.last(BASE) == sim.last(HEAD) == "release"):
+        for side in SIDES:
+            if sim.last(side) == "go":
+                clock.now += round_s
+                sim.inbox[side].append("timing")
+                asked[side] += 1
+                if asked[side] < rounds:
+                    sim(sim.ref.turn(side, asked[side]))
+                else:
+                    sim(sim.ref.leave(side))
+                break
+            if sim.last(side) == "stop":
+                sim.inbox[side].append("stopped")
+                sim(sim.ref.leave(side))
+                break
+        else:
+            raise AssertionError(f"deadlock: {sim.inbox}")
+    assert asked[BASE] == asked[HEAD]
+    return asked[BASE]
+
+
+def test_the_pair_budget_stops_slow_rounds_at_min_pairs_and_lets_fast_ones_run_all():
+    """Stops come at pair boundaries, never before min_pairs, only once the time is spent."""
+    for round_s, rounds, expected in ((0.5, 100, 20), (0.001, 100, 100), (0.0625, 100, 40)):
+        clock = FakeClock()
+        sim = Sim(budget=PairBudget(min_pairs=20, budget_s=5.0), clock=clock)
+        for side in SIDES:
+            sim(sim.ref.plan(side, ["a"]))
+        assert _play_until_told(sim, clock, "a", rounds, round_s) == expected
+        stopped = [box.count("stop") for box in sim.inbox.values()]
+        assert stopped == ([1, 1] if expected < rounds else [0, 0])
+
+
+def test_without_a_budget_every_announced_round_is_timed():
+    clock = FakeClock()
+    sim = Sim(clock=clock)
+    for side in SIDES:
+        sim(sim.ref.plan(side, ["a"]))
+    assert _play_until_told(sim, clock, "a", 30, 10.0) == 30

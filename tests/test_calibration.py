@@ -15,11 +15,14 @@ from benchmarks.harness import calibration_run
 from benchmarks.harness.calibration import (
     ENV_VAR,
     CalibrationError,
+    Ledger,
     extra_info,
     maybe_inject_slowdown,
+    maybe_slow_region,
     parse_slowdown,
     slowdown_from_env,
     slowed,
+    slowed_region,
 )
 from benchmarks.harness.calibration_analysis import (
     GateOutcome,
@@ -122,6 +125,62 @@ def test_zero_fraction_wraps_without_waiting() -> None:
     wrapped = slowed(lambda: None, 0.0, lambda: None, clock)
     wrapped()
     assert clock.reads == 2
+
+
+def test_round_top_up_slows_the_whole_round_by_the_fraction_once() -> None:
+    """A round of 1 s harness work + a 2 s forward slowed inside by 0.5 s waits 0.5 s more:
+    (1 + 2) x 1.25 in all, not 1 + 2 x 1.25 (forward only) nor 3 x 1.25 + 0.5 (twice)."""
+    clock = FakeClock(tick=1e-6)
+    ledger = Ledger()
+
+    def forward() -> None:
+        clock.now += 2.0
+
+    inner = slowed(forward, 0.25, lambda: None, clock, ledger)
+
+    def round_() -> str:
+        clock.now += 1.0  # cache set-up, argmax, copies: not in the forward
+        inner()
+        return "out"
+
+    region = slowed_region(round_, 0.25, lambda: None, clock, ledger)
+    assert region() == "out"
+    assert clock.now == pytest.approx(3.0 * 1.25, abs=1e-4)
+    assert ledger.spent_s == pytest.approx(0.5, abs=1e-4)
+
+
+def test_round_top_up_alone_slows_an_unwrapped_round_and_syncs_inside_it() -> None:
+    """A compiled model's round (no forward wrapper) is slowed by the top-up alone; its sync
+    runs inside the round, so queued device work counts."""
+    clock = FakeClock(tick=1e-6)
+    syncs: list[float] = []
+
+    def round_() -> None:
+        clock.now += 4.0
+
+    slowed_region(round_, 0.1, lambda: syncs.append(clock.now), clock, Ledger())()
+    assert clock.now == pytest.approx(4.4, abs=1e-4)
+    assert syncs == [pytest.approx(4.0, abs=1e-4)]
+
+
+def test_round_top_up_is_absent_without_the_variable_and_present_at_zero() -> None:
+    """Unset: the target itself; 0: a wrapper that never waits (A/A times the same path)."""
+
+    def target() -> int:
+        return 7
+
+    assert maybe_slow_region(target, environ={}) is target
+    zero = maybe_slow_region(target, environ={ENV_VAR: "0"})
+    assert zero is not target
+    assert zero() == 7
+
+
+def test_a_compiled_model_is_not_wrapped() -> None:
+    """nn.Module.compile traces self.forward: the knob must not put clock reads in the graph."""
+    model = tiny_model("llama")
+    model.compile()  # lazy: nothing is compiled until the first call
+    maybe_inject_slowdown(model, "cpu", environ={ENV_VAR: "0.1"})
+    assert "forward" not in vars(model)
 
 
 def test_wrapping_keeps_the_signature_the_engine_inspects_and_is_idempotent() -> None:

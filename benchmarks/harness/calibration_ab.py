@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+from benchmarks.harness.ab.run import BUDGET_S, DEFAULT_PAIRS, MIN_PAIRS
 from benchmarks.harness.calibration import ENV_VAR, CalibrationError
 from benchmarks.harness.calibration_analysis import (
     SCHEMA,
@@ -40,8 +41,11 @@ from benchmarks.harness.calibration_analysis import (
 from benchmarks.harness.calibration_run import ROOT, Plan, RunSpec, run_gate, schedule
 
 
-def ab_command(plan: Plan, spec: RunSpec, pairs: int, base: str, seed: int) -> list[str]:
-    """The A/B run of `spec`: the head slowed by `spec.slowdown`, the base by 0."""
+def ab_command(plan: Plan, spec: RunSpec, pairs: int | None, base: str, seed: int) -> list[str]:
+    """The A/B run of `spec`: the head slowed by `spec.slowdown`, the base by 0.
+
+    `pairs` None leaves the A/B command's own default (its pairs and time budget).
+    """
     return [
         sys.executable,
         "-m",
@@ -54,8 +58,7 @@ def ab_command(plan: Plan, spec: RunSpec, pairs: int, base: str, seed: int) -> l
         str(plan.matrix),
         "--out",
         str(plan.out / "runs" / spec.label),
-        "--pairs",
-        str(pairs),
+        *(["--pairs", str(pairs)] if pairs is not None else []),
         "--seed",
         str(seed),
         "--base-env",
@@ -125,9 +128,17 @@ def headline(ab: Mapping[str, Any], history: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def calibrate_ab(plan: Plan, pairs: int, base: str, command: str) -> dict[str, Any]:
+def pairs_text(pairs: int | None) -> str:
+    """'30 pairs', or the A/B default's bounds when the calibration left them to it."""
+    if pairs is not None:
+        return f"{pairs} pairs"
+    bounds = f"up to {DEFAULT_PAIRS}, at least {MIN_PAIRS} within {BUDGET_S:g} s"
+    return f"the A/B default pairs ({bounds})"
+
+
+def calibrate_ab(plan: Plan, pairs: int | None, base: str, command: str) -> dict[str, Any]:
     """Run every A/B run, gate the same files as history, analyse both; write JSON and Markdown."""
-    if pairs < 3:
+    if pairs is not None and pairs < 3:
         raise CalibrationError(f"--pairs {pairs}: paired statistics need at least 3 pairs")
     runs = schedule(plan.aa_runs, plan.slow_runs, plan.slowdowns)
     ab_outcomes = [
@@ -172,7 +183,7 @@ def render_both(result: Mapping[str, Any]) -> str:
         "",
         f"Matrix `{context['matrix']}`, {context['aa_runs']} A/A runs and {context['slow_runs']} "
         f"runs per head slowdown ({', '.join(pct(s, 0) for s in context['slowdowns'])}), "
-        f"{context['pairs']} pairs per benchmark. Created {context['created']}.",
+        f"{pairs_text(context['pairs'])} per benchmark. Created {context['created']}.",
         "",
         f"Reproduce: `{context['command']}`",
         "",

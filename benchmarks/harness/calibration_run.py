@@ -337,7 +337,9 @@ def _parser() -> argparse.ArgumentParser:
         help="A/B runs instead (head slowed, base not), judged both paired and as history; "
         "see docs/calibration.md",
     )
-    p.add_argument("--pairs", type=int, default=30, help="with --ab: pairs per benchmark (30)")
+    p.add_argument(
+        "--pairs", type=int, help="with --ab: the most pairs per benchmark (default: the A/B one)"
+    )
     p.add_argument("--base", default="HEAD", help="with --ab: the base ref of every run (HEAD)")
     return p
 

@@ -7,6 +7,7 @@ sends one JSON object per line:
     {"op": "plan", "keys": [nodeid, ...]}    once, after collection (the run's test order)
     {"op": "enter", "key": K, "rounds": n}   before a benchmark's rounds -> "paired" | "alone"
     {"op": "turn", "round": i}               before round i (and after round i - 1) -> "go"
+                                             (or "stop": enough pairs, see below)
     {"op": "leave"}                          after the rounds -> "release"
 
 `Referee` is the pure state machine (no I/O; `tests/test_ab_order.py` drives it): a benchmark
@@ -17,6 +18,13 @@ A benchmark only one side will time (a cell the other side skipped, failed befor
 or has already passed; a side that has exited) runs *alone*, unpaired. When both sides wait at
 different benchmarks, the one earlier in the run's order goes alone first, so the two can never
 deadlock. `Coordinator` serves the socket in threads and logs every granted turn.
+
+A benchmark's pairs are bounded by time, not only by count: once `min_pairs` pairs are done and
+the benchmark's paired rounds have taken `budget_s`, both sides are told to `stop` at the next
+pair boundary (each side asked for `--pairs` rounds, the most it will run). Tiny models thus get
+their 100 pairs in a second; a model whose round takes 0.5 s stops near `min_pairs`. The rule
+reads the clock only, never the timings' values, so stopping cannot steer a verdict (and under
+A/A the clock cannot tell which side was faster).
 
 Before it grants a turn, the coordinator waits (at most `SETTLE_S`) until no thread of the
 *other* side's process is runnable (`/proc/PID/task/*/stat`, Linux). Without that, the other
@@ -63,20 +71,36 @@ class _Side:
 class _Pairing:
     key: str
     sequence: list[tuple[str, int]]
+    started_s: float = 0.0
     pointer: int = 0
     left: set[str] = field(default_factory=set)
+    done: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SIDES, 0))
+
+
+@dataclass(frozen=True)
+class PairBudget:
+    """When a benchmark has enough pairs: `min_pairs` done and `budget_s` of rounds spent."""
+
+    min_pairs: int
+    budget_s: float
 
 
 class Referee:
     """Decides, event by event, which side may time what (see the module docstring)."""
 
     def __init__(
-        self, rng: random.Random, on_grant: Callable[[str, str, int, bool], None] | None = None
+        self,
+        rng: random.Random,
+        on_grant: Callable[[str, str, int, bool], None] | None = None,
+        budget: PairBudget | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._rng = rng
         self._sides = {side: _Side() for side in SIDES}
         self._pairing: _Pairing | None = None
         self._on_grant = on_grant  # (key, side, round, paired)
+        self._budget = budget  # None: every side times all the rounds it announced
+        self._clock = clock
 
     def plan(self, side: str, keys: list[str]) -> list[Reply]:
         """`side` will run these benchmarks (test node ids), in this order."""
@@ -119,6 +143,7 @@ class Referee:
         state = self._sides[side]
         if state.running and self._pairing is not None:
             self._pairing.pointer += 1
+            self._pairing.done[side] += 1
         state.running = False
 
     def _will_never_enter(self, other: _Side, key: str) -> bool:
@@ -168,7 +193,8 @@ class Referee:
     def _start_pairing(self) -> list[Reply]:
         base, head = (self._sides[s] for s in SIDES)
         rounds = {SIDES[0]: base.rounds, SIDES[1]: head.rounds}
-        self._pairing = _Pairing(base.key, turn_sequence(rounds, self._rng))
+        sequence = turn_sequence(rounds, self._rng)
+        self._pairing = _Pairing(base.key, sequence, started_s=self._clock())
         base.waiting = head.waiting = None
         return [(s, {"op": "paired"}) for s in SIDES]
 
@@ -192,6 +218,8 @@ class Referee:
         running = any(self._sides[s].running for s in SIDES)
         if running:
             return []
+        if self._enough(pairing):
+            return self._stop(pairing)
         for side in SIDES:
             state = self._sides[side]
             if state.waiting != "turn":
@@ -207,6 +235,24 @@ class Referee:
                     self._on_grant(pairing.key, side, index, True)
                 return [(side, {"op": "go", "key": pairing.key, "round": index})]
         return []
+
+    def _stop(self, pairing: _Pairing) -> list[Reply]:
+        for side in SIDES:
+            self._sides[side].waiting = None
+        pairing.pointer = len(pairing.sequence)  # nothing more is granted; both now leave
+        return [(s, {"op": "stop", "key": pairing.key, "pairs": pairing.done[s]}) for s in SIDES]
+
+    def _enough(self, pairing: _Pairing) -> bool:
+        """Both sides at a pair boundary, asking for more, with the budget's pairs and time."""
+        budget = self._budget
+        if budget is None or pairing.left:
+            return False
+        done = pairing.done
+        return (
+            all(self._sides[s].waiting == "turn" for s in SIDES)
+            and done[SIDES[0]] == done[SIDES[1]] >= budget.min_pairs
+            and self._clock() - pairing.started_s >= budget.budget_s
+        )
 
 
 def runnable_threads(pid: int) -> int | None:
@@ -236,12 +282,14 @@ def wait_until_idle(pid: int, timeout_s: float = SETTLE_S) -> float:
 class Coordinator:
     """Serves a `Referee` on a UNIX socket, one thread per side; logs turns to `log_path`."""
 
-    def __init__(self, socket_path: Path, log_path: Path, seed: int) -> None:
+    def __init__(
+        self, socket_path: Path, log_path: Path, seed: int, budget: PairBudget | None = None
+    ) -> None:
         self.socket_path = socket_path
         self._log = log_path.open("w", encoding="utf-8")
         self._lock = threading.Lock()
         self._started = time.perf_counter()
-        self._referee = Referee(random.Random(seed))
+        self._referee = Referee(random.Random(seed), budget=budget)
         self._connections: dict[str, socket.socket] = {}
         self._pids: dict[str, int] = {}
         self.settle_s = 0.0  # total time spent waiting for the other side to go idle
@@ -318,6 +366,10 @@ class Coordinator:
                 self.settle_s += settle_s
             if message["op"] in ("go", "alone"):
                 self._log_turn(side, message, settle_s)
+            elif message["op"] == "stop":
+                entry = {"t_s": round(time.perf_counter() - self._started, 6), **message}
+                self._log.write(json.dumps({**entry, "side": side}) + "\n")
+                self._log.flush()
             connection = self._connections.get(side)
             if connection is not None:
                 # A side that is gone is reported by its reader thread.

@@ -1,6 +1,7 @@
 """`python -m benchmarks.harness.ab` (`nox -s ab`): build both sides, run them interleaved, judge.
 
-    --base REF [--head REF] [--matrix FILE] [--out DIR] [--pairs N] [--apparatus base|head]
+    --base REF [--head REF] [--matrix FILE] [--out DIR] [--pairs N] [--min-pairs N]
+    [--pair-budget-s S] [--apparatus base|head]
     [--base-env K=V]... [--head-env K=V]... [--threshold X] [--alpha A] [--seed S]
     [--interleave auto|rounds|process] [pytest/matrix options]
 
@@ -35,7 +36,7 @@ from typing import Any
 
 import yaml
 
-from benchmarks.harness.ab.coordinator import Coordinator
+from benchmarks.harness.ab.coordinator import Coordinator, PairBudget
 from benchmarks.harness.ab.cpus import choose_cpus
 from benchmarks.harness.ab.sides import (
     ROOT,
@@ -50,13 +51,19 @@ from benchmarks.harness.ab.sides import (
     probe_stack,
     resolve_ref,
 )
-from benchmarks.harness.ab.turnstile import SIDE_VAR, SOCKET_VAR
+from benchmarks.harness.ab.turnstile import CPUS_VAR, SIDE_VAR, SOCKET_VAR
 from benchmarks.harness.errors import PhasebenchError
 from benchmarks.harness.matrix import Matrix, load_matrix
 
 DEFAULT_MATRIX = Path("matrix/cpu.yaml")
 DEFAULT_OUT = Path("out/ab")
-DEFAULT_PAIRS = 20  # 30 catch 95 % of 10 % slowdowns at 2 % round noise (docs/ab.md)
+# The most pairs a benchmark gets, and when it has enough sooner (coordinator.PairBudget): at
+# least MIN_PAIRS, and no more once its paired rounds took BUDGET_S. Sub-millisecond rounds (the
+# smoke matrix, 4-5 % per-pair noise on a shared CPU) need ~100 pairs to catch 10 % slowdowns
+# at a 5 % threshold; a real model's 0.3 s rounds stop near MIN_PAIRS (docs/ab.md).
+DEFAULT_PAIRS = 100
+MIN_PAIRS = 20
+BUDGET_S = 10.0
 # pytest exit codes: 0 all passed, 1 some tests failed (their cells are `missing`), 5 nothing
 # collected; anything else (interrupted, internal error, usage error) measured nothing usable.
 _USABLE = (0, 1)
@@ -81,6 +88,7 @@ class Plan:
     interleave: str
     cpus: frozenset[int] | None = None
     argv: tuple[str, ...] = ()
+    budget: PairBudget | None = None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -96,7 +104,20 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--pairs",
         type=int,
-        help=f"paired rounds per benchmark (default: max(matrix rounds, {DEFAULT_PAIRS}))",
+        help=f"the most paired rounds per benchmark (default: max(matrix rounds, {DEFAULT_PAIRS}))",
+    )
+    p.add_argument(
+        "--min-pairs",
+        type=int,
+        default=MIN_PAIRS,
+        help=f"pairs every benchmark gets before the time budget may end it (default {MIN_PAIRS})",
+    )
+    p.add_argument(
+        "--pair-budget-s",
+        type=float,
+        default=BUDGET_S,
+        help="seconds of paired rounds after which a benchmark with --min-pairs pairs stops "
+        f"(default {BUDGET_S:g}; 0: always --min-pairs; inf: always --pairs)",
     )
     p.add_argument("--apparatus", choices=("base", "head"), default="base")
     p.add_argument("--base-env", action="append", default=[], metavar="K=V")
@@ -128,6 +149,10 @@ def parse_plan(argv: Sequence[str]) -> Plan:
     args, rest = _parser().parse_known_args(argv)
     if args.pairs is not None and args.pairs < 2:
         raise ABError(f"--pairs {args.pairs}: paired statistics need at least 2 pairs (10+ useful)")
+    if args.min_pairs < 2:
+        raise ABError(f"--min-pairs {args.min_pairs}: paired statistics need at least 2 pairs")
+    if not args.pair_budget_s >= 0:  # also refuses nan
+        raise ABError(f"--pair-budget-s {args.pair_budget_s}: use seconds >= 0 (inf: no budget)")
     report_args: list[str] = []
     for item in args.threshold:
         report_args += ["--threshold", item]
@@ -154,6 +179,7 @@ def parse_plan(argv: Sequence[str]) -> Plan:
         interleave=args.interleave,
         cpus=choose_cpus(args.cpus, tuple(rest)),
         argv=tuple(argv),
+        budget=PairBudget(args.min_pairs, args.pair_budget_s),
     )
 
 
@@ -213,14 +239,19 @@ def side_command(side: Side, plan: Plan, matrix: Path, storage: Path) -> list[st
     ]
 
 
-def side_environment(side: Side, socket_path: Path | None) -> dict[str, str]:
+def side_environment(
+    side: Side, socket_path: Path | None, cpus: frozenset[int] | None = None
+) -> dict[str, str]:
     """The caller's environment (xdist markers dropped) + the side's variables + the turnstile."""
     # pytest-benchmark disables itself under PYTEST_XDIST_WORKER (set when tests start us).
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
-    env.pop(SOCKET_VAR, None)
+    for name in (SOCKET_VAR, SIDE_VAR, CPUS_VAR):
+        env.pop(name, None)
     env.update(side.env)
     if socket_path is not None:
         env[SOCKET_VAR], env[SIDE_VAR] = str(socket_path), side.name
+        if cpus is not None:
+            env[CPUS_VAR] = ",".join(str(cpu) for cpu in sorted(cpus))
     return env
 
 
@@ -236,7 +267,7 @@ def run_sides(
         coordinator = None
         if mode == "rounds":
             coordinator = Coordinator(
-                storage / "turnstile.sock", plan.out / "turns.jsonl", plan.seed
+                storage / "turnstile.sock", plan.out / "turns.jsonl", plan.seed, plan.budget
             )
         running: list[tuple[Side, subprocess.Popen[bytes], Any]] = []
         try:
@@ -246,12 +277,13 @@ def run_sides(
                 process = subprocess.Popen(
                     side_command(side, plan, matrix, storage),
                     cwd=apparatus,
-                    env=side_environment(side, socket_path),
+                    env=side_environment(side, socket_path, plan.cpus),
                     stdout=sink,
                     stderr=subprocess.STDOUT,
                 )
-                if plan.cpus is not None:
-                    # Before the interpreter has started a thread: its threads inherit the mask.
+                if plan.cpus is not None and coordinator is None:
+                    # One side at a time: pinned whole, before the interpreter starts a thread
+                    # (its threads inherit the mask). Interleaved, the turnstile pins the rounds.
                     os.sched_setaffinity(process.pid, plan.cpus)
                 running.append((side, process, sink))
                 if coordinator is None:  # process-level: one side after the other
@@ -318,7 +350,9 @@ def ab(plan: Plan) -> int:
             mode = "rounds" if fits else "process"
             if not fits:
                 _say(f"{memory_note}: process-level interleaving (one side, then the other)")
-        cells = f"{len(loaded.cells)} cells, {loaded.rounds} pairs each"
+        cells = f"{len(loaded.cells)} cells, up to {loaded.rounds} pairs each"
+        if plan.budget is not None and plan.budget.min_pairs < loaded.rounds:
+            cells += f" (or {plan.budget.min_pairs}+ within {plan.budget.budget_s:g} s)"
         pinned = "" if plan.cpus is None else f"; both sides on CPUs {sorted(plan.cpus)}"
         _say(f"apparatus: {plan.apparatus} tree; {cells}; interleave {mode}{pinned}")
         codes = run_sides((base, head), plan, matrix, apparatus, mode)
@@ -332,6 +366,8 @@ def ab(plan: Plan) -> int:
     context = {
         "matrix": str(plan.matrix),
         "pairs": loaded.rounds,
+        "min_pairs": None if plan.budget is None else plan.budget.min_pairs,
+        "pair_budget_s": None if plan.budget is None else plan.budget.budget_s,
         "interleave": mode,
         "memory": memory_note,
         "apparatus": plan.apparatus,

@@ -9,27 +9,36 @@ inert unless `PHASEBENCH_AB_SOCKET` (the coordinator's UNIX socket) and `PHASEBE
   that announces the benchmark (`enter`), asks for a turn before every round (its `setup` runs
   inside the turn, so a cache restore happens while the other side waits), and says when its
   rounds are over (`leave`, also after an exception), so the coordinator can alternate the two
-  sides' rounds (see `coordinator`).
+  sides' rounds (see `coordinator`). A `stop` answer (the benchmark has its pairs) ends the
+  rounds early; what was timed so far is the benchmark's record.
 
 What is timed does not change: pytest-benchmark's own timer still brackets only the target, and
 each side writes ordinary pytest-benchmark JSON. Waiting happens in `setup`, outside the timed
 region. A benchmark the coordinator lets run `alone` calls the original `pedantic` untouched.
+
+With `PHASEBENCH_AB_CPUS` set (`--cpus`, Linux), every thread of the side is pinned to those
+CPUs for a benchmark's timed rounds only, and let free again when they are over: the two sides'
+timed rounds share the same cores (other work there hits both alike), while their untimed work
+(model builds, torch.compile, warmups, checks) runs side by side on all the machine's cores.
 
 It deliberately does not decide anything; the coordinator does.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 SOCKET_VAR = "PHASEBENCH_AB_SOCKET"
 SIDE_VAR = "PHASEBENCH_AB_SIDE"
+CPUS_VAR = "PHASEBENCH_AB_CPUS"  # e.g. "1" or "2,3": where the timed rounds run
 _CLIENT = pytest.StashKey["TurnClient"]()
 
 
@@ -37,11 +46,16 @@ class TurnstileError(RuntimeError):
     """The coordinator went away or answered something unexpected."""
 
 
+class _Enough(Exception):  # noqa: N818 - a signal, not an error: the coordinator said "stop"
+    """Raised from a round's setup to end `pedantic` early; the rounds so far are kept."""
+
+
 class TurnClient:
     """One side's connection to the coordinator: send a line, optionally wait for the reply."""
 
-    def __init__(self, path: str, side: str) -> None:
+    def __init__(self, path: str, side: str, pinning: Pinning | None = None) -> None:
         self.side = side
+        self.pinning = pinning if pinning is not None else Pinning(None)
         self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._socket.connect(path)
         self._lines = self._socket.makefile("r", encoding="utf-8")
@@ -68,6 +82,47 @@ class TurnClient:
         self._socket.close()
 
 
+class Pinning:
+    """Moves every thread of this process onto the rounds' CPUs and back (Linux only)."""
+
+    def __init__(self, cpus: frozenset[int] | None) -> None:
+        self.cpus = cpus
+        self.free = frozenset(os.sched_getaffinity(0)) if cpus is not None else None
+
+    @classmethod
+    def from_env(cls) -> Pinning:
+        """The CPUs of `PHASEBENCH_AB_CPUS`; nothing is pinned when it is unset or empty."""
+        raw = os.environ.get(CPUS_VAR, "").strip()
+        if not raw:
+            return cls(None)
+        try:
+            return cls(frozenset(int(part) for part in raw.split(",")))
+        except ValueError:
+            raise pytest.UsageError(f"{CPUS_VAR}={raw!r}: use CPU numbers, e.g. 1 or 2,3") from None
+
+    def pin(self) -> None:
+        """Every thread onto the rounds' CPUs (threads started later inherit it from theirs)."""
+        if self.cpus is not None:
+            _set_all_threads(self.cpus)
+
+    def unpin(self) -> None:
+        """Every thread back onto the CPUs the process started with."""
+        if self.free is not None:
+            _set_all_threads(self.free)
+
+
+def _set_all_threads(cpus: frozenset[int]) -> None:
+    # sched_setaffinity(0, ...) moves the calling thread only; torch's worker threads are
+    # separate tasks of the process.
+    try:
+        tasks = [int(entry.name) for entry in Path("/proc/self/task").iterdir()]
+    except OSError:
+        tasks = [0]
+    for task in tasks:
+        with contextlib.suppress(OSError):  # a thread that ended since the listing
+            os.sched_setaffinity(task, cpus)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Connect to the coordinator when this pytest process is an A/B side."""
     path, side = os.environ.get(SOCKET_VAR), os.environ.get(SIDE_VAR)
@@ -75,7 +130,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     if side not in ("base", "head"):
         raise pytest.UsageError(f"{SIDE_VAR}={side!r}: use base or head")
-    config.stash[_CLIENT] = TurnClient(path, side)
+    config.stash[_CLIENT] = TurnClient(path, side, Pinning.from_env())
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -92,8 +147,14 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         client.close()
 
 
-def turn_taking(pedantic: Callable[..., Any], client: TurnClient, key: str) -> Callable[..., Any]:
-    """`pedantic` whose every round (warmup rounds included) first waits for its turn."""
+def turn_taking(
+    pedantic: Callable[..., Any], client: TurnClient, key: str, fixture: Any = None
+) -> Callable[..., Any]:
+    """`pedantic` whose every round (warmup rounds included) first waits for its turn.
+
+    `fixture` is the pytest-benchmark fixture `pedantic` belongs to: a `stop` clears the error
+    flag pytest-benchmark sets on any exception out of `pedantic`, which would drop the record.
+    """
 
     # Options by keyword, as the suite's modules pass them (pytest-benchmark's own order).
     def wrapped(
@@ -114,17 +175,31 @@ def turn_taking(pedantic: Callable[..., Any], client: TurnClient, key: str) -> C
             return pedantic(target, setup=setup, **call)
         total = warmup_rounds + rounds
         if client.ask({"op": "enter", "key": key, "rounds": total}, "paired", "alone") == "alone":
-            return pedantic(target, setup=setup, **call)
+            client.pinning.pin()
+            try:
+                return pedantic(target, setup=setup, **call)
+            finally:
+                client.pinning.unpin()
         counter: Iterator[int] = iter(range(1 << 30))
 
         def setup_in_turn() -> Any:
-            client.ask({"op": "turn", "round": next(counter)}, "go")
+            if client.ask({"op": "turn", "round": next(counter)}, "go", "stop") == "stop":
+                raise _Enough
             return None if setup is None else setup()
 
+        client.pinning.pin()
         try:
             return pedantic(target, setup=setup_in_turn, **call)
+        except _Enough:
+            # pytest-benchmark adds each round to the benchmark's stats as it ends, so the
+            # rounds timed so far are the record once the error flag the exception set is
+            # cleared (tests/test_ab_e2e.py checks both); the suite ignores the result.
+            if fixture is not None:
+                fixture.has_error = False
+            return None
         finally:
             client.ask({"op": "leave"}, "release")
+            client.pinning.unpin()
 
     return wrapped
 
@@ -138,4 +213,4 @@ def _phasebench_ab_turns(request: pytest.FixtureRequest) -> None:
     benchmark = request.getfixturevalue("benchmark")
     if getattr(benchmark, "disabled", False):
         return  # --benchmark-disable: nothing is timed, nothing to alternate
-    benchmark.pedantic = turn_taking(benchmark.pedantic, client, request.node.nodeid)
+    benchmark.pedantic = turn_taking(benchmark.pedantic, client, request.node.nodeid, benchmark)
