@@ -30,7 +30,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,8 +50,9 @@ from benchmarks.harness.ab.sides import (
     parse_assignments,
     probe_stack,
     resolve_ref,
+    turnstile_protocol,
 )
-from benchmarks.harness.ab.turnstile import CPUS_VAR, SIDE_VAR, SOCKET_VAR
+from benchmarks.harness.ab.turnstile import CPUS_VAR, PROTOCOL, SIDE_VAR, SOCKET_VAR
 from benchmarks.harness.errors import PhasebenchError
 from benchmarks.harness.matrix import Matrix, load_matrix
 
@@ -67,6 +68,7 @@ BUDGET_S = 10.0
 # pytest exit codes: 0 all passed, 1 some tests failed (their cells are `missing`), 5 nothing
 # collected; anything else (interrupted, internal error, usage error) measured nothing usable.
 _USABLE = (0, 1)
+PINS_ROUNDS = 2  # the turnstile protocol that pins its own rounds and understands "stop"
 STALE = ("ab.json", "index.html", "summary.md", "context.json", "turns.jsonl")
 
 
@@ -256,9 +258,19 @@ def side_environment(
 
 
 def run_sides(
-    sides: Sequence[Side], plan: Plan, matrix: Path, apparatus: Path, mode: str
+    sides: Sequence[Side],
+    plan: Plan,
+    matrix: Path,
+    apparatus: Path,
+    mode: str,
+    *,
+    protocol: int = PROTOCOL,
 ) -> dict[str, int]:
-    """Run both sides' pytest (together through the coordinator, or one after the other)."""
+    """Run both sides' pytest (together through the coordinator, or one after the other).
+
+    `protocol` is the apparatus turnstile's (`sides.turnstile_protocol`): one that cannot pin
+    its rounds has its processes pinned whole, as that release did.
+    """
     logs = plan.out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     codes: dict[str, int] = {}
@@ -274,16 +286,17 @@ def run_sides(
             for side in sides:
                 sink = (logs / f"{side.name}.log").open("w", encoding="utf-8")
                 socket_path = None if coordinator is None else coordinator.socket_path
+                pin_rounds = coordinator is not None and protocol >= PINS_ROUNDS
                 process = subprocess.Popen(
                     side_command(side, plan, matrix, storage),
                     cwd=apparatus,
-                    env=side_environment(side, socket_path, plan.cpus),
+                    env=side_environment(side, socket_path, plan.cpus if pin_rounds else None),
                     stdout=sink,
                     stderr=subprocess.STDOUT,
                 )
-                if plan.cpus is not None and coordinator is None:
-                    # One side at a time: pinned whole, before the interpreter starts a thread
-                    # (its threads inherit the mask). Interleaved, the turnstile pins the rounds.
+                if plan.cpus is not None and not pin_rounds:
+                    # One side at a time (or an old turnstile): pinned whole, before the
+                    # interpreter starts a thread (its threads inherit the mask).
                     os.sched_setaffinity(process.pid, plan.cpus)
                 running.append((side, process, sink))
                 if coordinator is None:  # process-level: one side after the other
@@ -339,6 +352,13 @@ def ab(plan: Plan) -> int:
                 f"the {plan.apparatus} {ref!r} predates A/B mode (no {TURNSTILE}): measure "
                 "with --apparatus head, or pick a newer base"
             )
+        protocol = turnstile_protocol(apparatus)
+        if protocol < PINS_ROUNDS and plan.budget is not None:
+            _say(
+                f"the {plan.apparatus} tree's turnstile is protocol {protocol}: every benchmark "
+                "runs all --pairs (no time budget), processes pinned whole"
+            )
+            plan = replace(plan, budget=None)
         models_dirs = (base_tree / "matrix" / "models", head_tree / "matrix" / "models")
         matrix, loaded = prepared_matrix(plan, models_dirs)
         base = build_side("base", plan.base_ref, base_tree, base_commit, plan)
@@ -355,7 +375,7 @@ def ab(plan: Plan) -> int:
             cells += f" (or {plan.budget.min_pairs}+ within {plan.budget.budget_s:g} s)"
         pinned = "" if plan.cpus is None else f"; both sides on CPUs {sorted(plan.cpus)}"
         _say(f"apparatus: {plan.apparatus} tree; {cells}; interleave {mode}{pinned}")
-        codes = run_sides((base, head), plan, matrix, apparatus, mode)
+        codes = run_sides((base, head), plan, matrix, apparatus, mode, protocol=protocol)
         for side in (base, head):
             log = plan.out / "logs" / f"{side.name}.log"
             if codes[side.name] not in _USABLE or not (plan.out / f"{side.name}.json").is_file():

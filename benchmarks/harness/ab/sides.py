@@ -23,6 +23,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -253,3 +254,14 @@ class Side:
 def has_turnstile(tree: Path) -> bool:
     """Whether `tree` has the A/B plugin (a tree from before A/B mode does not)."""
     return (tree / TURNSTILE).is_file()
+
+
+def turnstile_protocol(tree: Path) -> int:
+    """The turn protocol `tree`'s plugin speaks: its `PROTOCOL` constant, 1 when it has none.
+
+    1 (the first A/B release): "go" only, the processes pinned whole by the command. 2: also
+    "stop" (the pair budget) and pinning of the timed rounds by the plugin itself. Read from
+    the source, not imported: the apparatus may belong to another environment.
+    """
+    found = re.search(r"^PROTOCOL = (\d+)", (tree / TURNSTILE).read_text(encoding="utf-8"), re.M)
+    return int(found.group(1)) if found else 1

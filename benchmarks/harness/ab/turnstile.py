@@ -39,6 +39,9 @@ import pytest
 SOCKET_VAR = "PHASEBENCH_AB_SOCKET"
 SIDE_VAR = "PHASEBENCH_AB_SIDE"
 CPUS_VAR = "PHASEBENCH_AB_CPUS"  # e.g. "1" or "2,3": where the timed rounds run
+# The turn protocol, read from this file's text by `sides.turnstile_protocol` (keep the line's
+# form): 2 understands "stop" and pins the timed rounds itself; 1 (no line) did neither.
+PROTOCOL = 2
 _CLIENT = pytest.StashKey["TurnClient"]()
 
 
