@@ -214,3 +214,34 @@ def test_a_side_that_cannot_be_built_is_one_line_and_exit_2(tmp_path: Path, matr
 def test_bad_env_assignments_are_refused(tmp_path: Path, matrix: Path):
     done = run_ab("--base", "HEAD", "--head-env", "NOEQUALS", "--matrix", str(matrix))
     assert "--head-env" in _one_error_line(done)
+
+
+# The first release with A/B mode (turnstile protocol 1: no "stop", no round pinning). The first
+# pull requests after protocol 2 lands measure with it (the merge-base is the apparatus).
+FIRST_AB_RELEASE = "645d7651cf49"
+
+
+@pytest.mark.slow
+def test_an_apparatus_of_the_first_ab_release_still_measures(tmp_path: Path, matrix: Path):
+    """Its turnstile is never sent "stop" (every benchmark runs all --pairs) and its sides are
+    pinned whole, as that release did; the run is judged as usual."""
+    known = subprocess.run(
+        ["git", "cat-file", "-e", f"{FIRST_AB_RELEASE}^{{commit}}"], cwd=ROOT, check=False
+    )
+    if known.returncode != 0:
+        pytest.skip(f"{FIRST_AB_RELEASE} is not in this clone's history (a shallow clone)")
+    out = tmp_path / "ab"
+    done = run_ab(
+        "--base", FIRST_AB_RELEASE, "--matrix", str(matrix), "--out", str(out),
+        "--pairs", "4", "--min-pairs", "2", "--pair-budget-s", "0", "--threads", "1",
+        "-k", "decode",
+    )  # fmt: skip
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    assert "turnstile is protocol 1" in done.stdout
+    doc = json.loads((out / "ab.json").read_text(encoding="utf-8"))
+    assert doc["context"]["apparatus"] == "base"
+    timings = [b for b in doc["benchmarks"] if b["kind"] == "timing"]
+    assert timings
+    assert all(b["pairs"] == 4 for b in timings)  # the budget would have stopped them at 2
+    turns = (out / "turns.jsonl").read_text(encoding="utf-8")
+    assert '"stop"' not in turns

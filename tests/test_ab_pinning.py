@@ -9,8 +9,17 @@ from pathlib import Path
 import pytest
 
 from benchmarks.harness.ab.run import side_environment
-from benchmarks.harness.ab.sides import Side
-from benchmarks.harness.ab.turnstile import CPUS_VAR, SIDE_VAR, SOCKET_VAR, Pinning
+from benchmarks.harness.ab.sides import TURNSTILE, Side, turnstile_protocol
+from benchmarks.harness.ab.turnstile import (
+    CPUS_VAR,
+    PAIRS_VAR,
+    PROTOCOL,
+    SIDE_VAR,
+    SOCKET_VAR,
+    Pinning,
+    pairs_from_env,
+    with_rounds,
+)
 
 linux_only = pytest.mark.skipif(
     not hasattr(os, "sched_setaffinity") or not Path("/proc/self/task").is_dir(),
@@ -76,3 +85,32 @@ def test_interleaved_sides_get_the_cpus_and_process_level_sides_do_not(tmp_path:
         del os.environ[CPUS_VAR]
     assert CPUS_VAR not in alone
     assert SOCKET_VAR not in alone
+
+
+def test_the_turnstile_protocol_is_read_from_the_apparatus_source(tmp_path: Path) -> None:
+    """This tree's plugin speaks PROTOCOL; one without the line is the first release's (1)."""
+    root = Path(__file__).resolve().parents[1]
+    assert turnstile_protocol(root) == PROTOCOL == 2
+    old = tmp_path / TURNSTILE
+    old.parent.mkdir(parents=True)
+    old.write_text('"""an A/B plugin"""\nSOCKET_VAR = "PHASEBENCH_AB_SOCKET"\n', encoding="utf-8")
+    assert turnstile_protocol(tmp_path) == 1
+
+
+def test_only_the_timed_rounds_get_the_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PHASEBENCH_AB_PAIRS replaces the rounds pedantic is asked for, nothing else."""
+    asked: list[dict[str, object]] = []
+
+    def pedantic(target: object, **options: object) -> str:
+        asked.append(options)
+        return "result"
+
+    assert with_rounds(pedantic, 100)(len, setup=None, rounds=2, warmup_rounds=0) == "result"
+    assert asked == [{"setup": None, "rounds": 100, "warmup_rounds": 0}]
+    monkeypatch.setenv(PAIRS_VAR, "40")
+    assert pairs_from_env() == 40
+    monkeypatch.setenv(PAIRS_VAR, "0")
+    with pytest.raises(pytest.UsageError, match=PAIRS_VAR):
+        pairs_from_env()
+    monkeypatch.delenv(PAIRS_VAR)
+    assert pairs_from_env() is None

@@ -485,11 +485,14 @@ def _ab_doc(verdicts: list[str], mde: float = 0.03) -> dict[str, Any]:
                 "kind": "timing",
                 "verdict": v,
                 "ratio": 1.0,
+                "ci_low": 1.0 - mde / 3,
+                "ci_high": 1.0 + mde / 3,
                 "mde": mde,
                 "threshold": 0.05,
             }
             for i, v in enumerate(verdicts)
         ],
+        "context": {"wall_s": 60.0 + 10 * len(verdicts) * mde},
     }
 
 
@@ -512,7 +515,7 @@ def test_ab_runs_slow_the_head_only_and_measure_with_the_head_apparatus(tmp_path
 
 
 def test_ab_report_puts_both_modes_side_by_side() -> None:
-    from benchmarks.harness.calibration_ab import render_both  # noqa: PLC0415
+    from benchmarks.harness.calibration_ab import render_both, wall_summary  # noqa: PLC0415
 
     ab_outcomes = [
         GateOutcome("aa-01", 0.0, _ab_doc(["pass", "pass"])),
@@ -537,12 +540,46 @@ def test_ab_report_puts_both_modes_side_by_side() -> None:
         "ab": analyse(ab_outcomes),
         "history": analyse(history_outcomes),
     }
+    result["context"]["ab_wall_s"] = wall_summary(ab_outcomes)
     text = render_both(result)
     table = text.split("## A/B mode")[0]
     assert "| A/A runs with any `fail` | 0/2 (0.0 %) | 1/2 (50.0 %) |" in table
     assert "| 10 % slowdown: timings caught | 2/2 (100.0 %) | 0/2 (0.0 %) |" in table
     assert "| timing MDE, median | 3.0 % | 40.0 % |" in table
+    # (ci_high - ci_low) / 2 = mde / 3; decode timings caught per metric; the runs' wall time.
+    assert "| A/A timing 95 % half-width, median | 1.0 % | 13.3 % |" in table
+    assert "| 10 % slowdown: `decode_step_s` caught | 2/2 (100.0 %) | 0/2 (0.0 %) |" in table
+    assert "Wall time per A/B run: median 61 s (61-61 s)." in table
     assert "## History mode" in text
+
+
+def test_reused_ab_runs_are_judged_again_with_the_calibrations_options(tmp_path: Path) -> None:
+    """--reuse --threshold X reads the same rounds at X, keeping the run's process term."""
+    from benchmarks.harness import calibration_ab  # noqa: PLC0415
+
+    folder = tmp_path / "runs" / "aa-01"
+    folder.mkdir(parents=True)
+    (folder / "ab.json").write_text(json.dumps({**_ab_doc(["pass"]), "process_cv": 0.0}))
+    plan = calibration_run.Plan(
+        matrix=tmp_path / "m.yaml", aa_runs=1, slow_runs=0, slowdowns=(), out=tmp_path,
+        reuse=True, pytest_args=(), gate_args=("--threshold", "0.02"),
+    )  # fmt: skip
+    calls: list[list[str]] = []
+
+    def call(command: list[str], **_: Any) -> int:
+        calls.append(command)
+        return 0
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(calibration_ab.subprocess, "call", call)
+        outcome = calibration_ab.run_ab(
+            plan, calibration_run.RunSpec("aa-01", 0.0), ["never", "run"], "[1/1]"
+        )
+    assert calls == [
+        [calibration_ab.sys.executable, "-m", "reports.ab", "--out", str(folder),
+         "--threshold", "0.02", "--process-cv", "0.0"],
+    ]  # fmt: skip
+    assert outcome.label == "aa-01"
 
 
 def test_ab_calibration_refuses_too_few_pairs(tmp_path: Path) -> None:

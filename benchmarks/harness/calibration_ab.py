@@ -27,14 +27,16 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
-from benchmarks.harness.ab.run import BUDGET_S, DEFAULT_PAIRS, MIN_PAIRS
+from benchmarks.harness.ab.plan import BUDGET_S, DEFAULT_PAIRS, MIN_PAIRS
 from benchmarks.harness.calibration import ENV_VAR, CalibrationError
 from benchmarks.harness.calibration_analysis import (
     SCHEMA,
     GateOutcome,
     analyse,
+    median_of,
     pct,
     render_markdown,
 )
@@ -75,7 +77,8 @@ def run_ab(plan: Plan, spec: RunSpec, command: list[str], step: str) -> GateOutc
     folder = plan.out / "runs" / spec.label
     found = folder / "ab.json"
     if plan.reuse and found.is_file():
-        print(f"calibrate: {step} {spec.label}: reusing {found}", flush=True)
+        print(f"calibrate: {step} {spec.label}: reusing {found}, judged anew", flush=True)
+        rejudge(plan, folder)
     else:
         found.unlink(missing_ok=True)
         folder.mkdir(parents=True, exist_ok=True)
@@ -93,6 +96,34 @@ def run_ab(plan: Plan, spec: RunSpec, command: list[str], step: str) -> GateOutc
             )
     document = json.loads(found.read_text(encoding="utf-8"))
     return GateOutcome(spec.label, spec.slowdown, document, int(document["status"] == "fail"))
+
+
+def rejudge(plan: Plan, folder: Path) -> None:
+    """Judge a finished A/B run again with this calibration's gate options (`reports.ab`).
+
+    So `--reuse --threshold 0.02` reads the same rounds at another threshold. The run's own
+    between-process term (recorded in its `ab.json`) is kept unless the options name one.
+    """
+    previous = json.loads((folder / "ab.json").read_text(encoding="utf-8"))
+    args = [*plan.gate_args]
+    if "--process-cv" not in args and previous.get("process_cv") is not None:
+        args += ["--process-cv", str(previous["process_cv"])]
+    command = [sys.executable, "-m", "reports.ab", "--out", str(folder), *args]
+    with (folder / "rejudge.log").open("w", encoding="utf-8") as sink:
+        code = subprocess.call(command, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT)
+    if code not in (0, 1):
+        raise CalibrationError(f"judging {folder} again failed (exit {code}); read rejudge.log")
+
+
+def wall_summary(outcomes: Sequence[GateOutcome]) -> dict[str, float | None]:
+    """Median, least and most wall time of the A/B runs (their `context.wall_s`)."""
+    walls = [o.gate.get("context", {}).get("wall_s") for o in outcomes]
+    present = [float(w) for w in walls if isinstance(w, int | float)]
+    return {
+        "median": median_of(present),
+        "min": min(present, default=None),
+        "max": max(present, default=None),
+    }
 
 
 def headline(ab: Mapping[str, Any], history: Mapping[str, Any]) -> list[str]:
@@ -125,7 +156,23 @@ def headline(ab: Mapping[str, Any], history: Mapping[str, Any]) -> list[str]:
     lines.append(
         f"| timing MDE, median | {pct(ab['mde']['median'])} | {pct(history['mde']['median'])} |"
     )
+    widths = [mode["false_alarm"].get("half_width_median") for mode in (ab, history)]
+    lines.append(f"| A/A timing 95 % half-width, median | {pct(widths[0])} | {pct(widths[1])} |")
+    for mine, theirs in zip(ab["detection"], history["detection"], strict=True):
+        s = pct(mine["slowdown"], 0)
+        for metric in ("prefill_s", "decode_step_s"):
+            a, h = (d.get("timing_by_metric", {}).get(metric) for d in (mine, theirs))
+            if a is not None and h is not None:
+                lines.append(f"| {s} slowdown: `{metric}` caught | {share(a)} | {share(h)} |")
     return lines
+
+
+def wall_line(wall: Mapping[str, Any] | None) -> list[str]:
+    """'Wall time per A/B run: median ... s (... to ... s).' and a blank line; [] if unknown."""
+    if not wall or wall.get("median") is None:
+        return []
+    spread = f"{wall['min']:.0f}-{wall['max']:.0f} s"
+    return [f"Wall time per A/B run: median {wall['median']:.0f} s ({spread}).", ""]
 
 
 def pairs_text(pairs: int | None) -> str:
@@ -161,6 +208,7 @@ def calibrate_ab(plan: Plan, pairs: int | None, base: str, command: str) -> dict
             "slow_runs": plan.slow_runs,
             "slowdowns": list(plan.slowdowns),
             "pairs": pairs,
+            "ab_wall_s": wall_summary(ab_outcomes),
             "base": base,
             "gate_args": list(plan.gate_args),
             "pytest_args": list(plan.pytest_args),
@@ -189,6 +237,7 @@ def render_both(result: Mapping[str, Any]) -> str:
         "",
         *headline(result["ab"], result["history"]),
         "",
+        *wall_line(context.get("ab_wall_s")),
     ]
     sections: Sequence[tuple[str, str]] = (("A/B mode", "ab"), ("History mode", "history"))
     for title, key in sections:

@@ -96,7 +96,17 @@ def false_alarms(aa: Sequence[GateOutcome]) -> dict[str, Any]:
         "inconclusive_timing": _rate(
             sum(e.get("verdict") == "inconclusive" for e in timing), len(timing)
         ),
+        # How tight the A/A intervals are: (ci_high - ci_low) / 2 of the ratio, median.
+        "half_width_median": median_of([half_width(e) for e in timing]),
     }
+
+
+def half_width(entry: Mapping[str, Any]) -> float | None:
+    """Half the 95 % interval of a verdict's ratio (a fraction: 0.01 is +-1 %), if it has one."""
+    low, high = entry.get("ci_low"), entry.get("ci_high")
+    if not isinstance(low, int | float) or not isinstance(high, int | float):
+        return None
+    return (float(high) - float(low)) / 2
 
 
 def robust_change(
@@ -129,6 +139,13 @@ def detection(
         "slowdown": slowdown,
         "suite_runs": _rate(sum(o.failed for o in slowed_runs), len(slowed_runs)),
         "timing_verdicts": _rate(sum(e.get("verdict") == "fail" for e in timing), len(timing)),
+        "timing_by_metric": {
+            metric: _rate(
+                sum(e.get("verdict") == "fail" for e in timing if e.get("metric") == metric),
+                sum(e.get("metric") == metric for e in timing),
+            )
+            for metric in sorted({str(e.get("metric")) for e in timing})
+        },
         "slowed_verdicts": _rate(sum(e.get("verdict") == "fail" for e in moved), len(moved)),
         "false_fails_on_unslowed_metrics": sum(e.get("verdict") == "fail" for e in unmoved),
         "realised_change_median": median_of(

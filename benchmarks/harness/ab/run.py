@@ -19,7 +19,6 @@ It deliberately does not compute statistics (the harness never imports reports).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shlex
@@ -29,15 +28,15 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from benchmarks.harness.ab.coordinator import Coordinator, PairBudget
-from benchmarks.harness.ab.cpus import choose_cpus
+from benchmarks.harness.ab.coordinator import Coordinator
+from benchmarks.harness.ab.plan import DEFAULT_PAIRS, Plan, parse_plan
 from benchmarks.harness.ab.sides import (
     ROOT,
     TURNSTILE,
@@ -47,24 +46,14 @@ from benchmarks.harness.ab.sides import (
     Worktrees,
     environment,
     has_turnstile,
-    parse_assignments,
     probe_stack,
     resolve_ref,
     turnstile_protocol,
 )
-from benchmarks.harness.ab.turnstile import CPUS_VAR, PROTOCOL, SIDE_VAR, SOCKET_VAR
+from benchmarks.harness.ab.turnstile import CPUS_VAR, PAIRS_VAR, PROTOCOL, SIDE_VAR, SOCKET_VAR
 from benchmarks.harness.errors import PhasebenchError
 from benchmarks.harness.matrix import Matrix, load_matrix
 
-DEFAULT_MATRIX = Path("matrix/cpu.yaml")
-DEFAULT_OUT = Path("out/ab")
-# The most pairs a benchmark gets, and when it has enough sooner (coordinator.PairBudget): at
-# least MIN_PAIRS, and no more once its paired rounds took BUDGET_S. Sub-millisecond rounds (the
-# smoke matrix, 4-5 % per-pair noise on a shared CPU) need ~100 pairs to catch 10 % slowdowns
-# at a 5 % threshold; a real model's 0.3 s rounds stop near MIN_PAIRS (docs/ab.md).
-DEFAULT_PAIRS = 100
-MIN_PAIRS = 20
-BUDGET_S = 10.0
 # pytest exit codes: 0 all passed, 1 some tests failed (their cells are `missing`), 5 nothing
 # collected; anything else (interrupted, internal error, usage error) measured nothing usable.
 _USABLE = (0, 1)
@@ -72,135 +61,34 @@ PINS_ROUNDS = 2  # the turnstile protocol that pins its own rounds and understan
 STALE = ("ab.json", "index.html", "summary.md", "context.json", "turns.jsonl")
 
 
-@dataclass(frozen=True)
-class Plan:
-    """Everything one A/B run needs, checked."""
-
-    base_ref: str
-    head_ref: str | None
-    matrix: Path
-    out: Path
-    pairs: int | None
-    apparatus: str
-    base_env: Mapping[str, str]
-    head_env: Mapping[str, str]
-    report_args: tuple[str, ...]
-    pytest_args: tuple[str, ...]
-    seed: int
-    interleave: str
-    cpus: frozenset[int] | None = None
-    argv: tuple[str, ...] = ()
-    budget: PairBudget | None = None
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m benchmarks.harness.ab",
-        description="A/B: two software stacks on this machine, rounds interleaved, paired verdicts",
-        allow_abbrev=False,  # unknown options go to pytest whole, never matched as abbreviations
-    )
-    p.add_argument("--base", required=True, metavar="REF", help="git ref of the base side")
-    p.add_argument("--head", metavar="REF", help="git ref of the head side (default: working tree)")
-    p.add_argument("--matrix", default=str(DEFAULT_MATRIX), help="matrix file (default cpu.yaml)")
-    p.add_argument("--out", default=str(DEFAULT_OUT), help="output folder (default out/ab)")
-    p.add_argument(
-        "--pairs",
-        type=int,
-        help=f"the most paired rounds per benchmark (default: max(matrix rounds, {DEFAULT_PAIRS}))",
-    )
-    p.add_argument(
-        "--min-pairs",
-        type=int,
-        default=MIN_PAIRS,
-        help=f"pairs every benchmark gets before the time budget may end it (default {MIN_PAIRS})",
-    )
-    p.add_argument(
-        "--pair-budget-s",
-        type=float,
-        default=BUDGET_S,
-        help="seconds of paired rounds after which a benchmark with --min-pairs pairs stops "
-        f"(default {BUDGET_S:g}; 0: always --min-pairs; inf: always --pairs)",
-    )
-    p.add_argument("--apparatus", choices=("base", "head"), default="base")
-    p.add_argument("--base-env", action="append", default=[], metavar="K=V")
-    p.add_argument("--head-env", action="append", default=[], metavar="K=V")
-    p.add_argument("--threshold", action="append", default=[], help="as the gate's (5%% default)")
-    p.add_argument("--alpha", help="suite-level false-alarm level (the gate's default)")
-    p.add_argument("--process-cv", help="between-process spread (reports/paired.py, 0.01)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the starting sides")
-    p.add_argument(
-        "--cpus",
-        metavar="LIST",
-        default="auto",
-        help="pin both sides to these same CPUs, e.g. 1 or 0-3 (Linux): a core busy with other "
-        "work then slows both sides alike; auto (default): with --threads N, the last N CPUs; "
-        "none: no pinning (docs/ab.md)",
-    )
-    p.add_argument(
-        "--interleave",
-        choices=("auto", "rounds", "process"),
-        default="auto",
-        help="rounds (alternate every round), process (one side after the other), or auto: "
-        "rounds when both sides' models fit in memory at once",
-    )
-    return p
-
-
-def parse_plan(argv: Sequence[str]) -> Plan:
-    """Parse the command line; unknown options go to both pytest runs."""
-    args, rest = _parser().parse_known_args(argv)
-    if args.pairs is not None and args.pairs < 2:
-        raise ABError(f"--pairs {args.pairs}: paired statistics need at least 2 pairs (10+ useful)")
-    if args.min_pairs < 2:
-        raise ABError(f"--min-pairs {args.min_pairs}: paired statistics need at least 2 pairs")
-    if not args.pair_budget_s >= 0:  # also refuses nan
-        raise ABError(f"--pair-budget-s {args.pair_budget_s}: use seconds >= 0 (inf: no budget)")
-    report_args: list[str] = []
-    for item in args.threshold:
-        report_args += ["--threshold", item]
-    if args.alpha is not None:
-        report_args += ["--alpha", args.alpha]
-    if args.process_cv is not None:
-        report_args += ["--process-cv", args.process_cv]
-    elif choose_cpus(args.cpus, tuple(rest)) is not None:
-        # Pinned to the same CPUs, A/A runs here showed no spread between the two processes
-        # beyond the paired errors (docs/ab.md): the between-process term is not needed.
-        report_args += ["--process-cv", "0"]
-    return Plan(
-        base_ref=args.base,
-        head_ref=args.head,
-        matrix=Path(args.matrix).resolve(),
-        out=Path(args.out).resolve(),
-        pairs=args.pairs,
-        apparatus=args.apparatus,
-        base_env=parse_assignments(args.base_env, "--base-env"),
-        head_env=parse_assignments(args.head_env, "--head-env"),
-        report_args=tuple(report_args),
-        pytest_args=tuple(rest),
-        seed=args.seed,
-        interleave=args.interleave,
-        cpus=choose_cpus(args.cpus, tuple(rest)),
-        argv=tuple(argv),
-        budget=PairBudget(args.min_pairs, args.pair_budget_s),
-    )
-
-
 def _say(line: str) -> None:
     print(f"ab: {line}", flush=True)
 
 
-def prepared_matrix(plan: Plan, models_dirs: tuple[Path, Path]) -> tuple[Path, Matrix]:
-    """The matrix both sides run: the given file, with `rounds` set to the pairs; validated."""
+def prepared_matrix(
+    plan: Plan, models_dirs: tuple[Path, Path], *, rounds_via_env: bool = True
+) -> tuple[Path, Matrix, int]:
+    """The matrix both sides run (validated against both model folders), and the pairs.
+
+    With `rounds_via_env` (a protocol-2 turnstile) the copy keeps the matrix's `rounds`: the
+    turnstile gives only the timed rounds the pairs (`PHASEBENCH_AB_PAIRS`), so everything else
+    the suite derives from `rounds` (the overhead module's untimed whole-loop comparison, a
+    plain run's cost) is what a plain run of the matrix does. An older turnstile gets the pairs
+    as the copy's `rounds`.
+    """
     for models_dir in models_dirs:
         matrix = load_matrix(plan.matrix, models_dir=models_dir)  # MatrixError on bad input
     pairs = plan.pairs if plan.pairs is not None else max(matrix.rounds, DEFAULT_PAIRS)
     data = yaml.safe_load(plan.matrix.read_text(encoding="utf-8"))
-    data["rounds"] = pairs
-    data["description"] = f"{data.get('description', '')} (A/B copy: {pairs} rounds)".strip()
+    if rounds_via_env:
+        note = f"A/B copy: timed rounds up to {pairs} pairs, set by the turnstile"
+    else:
+        data["rounds"], note = pairs, f"A/B copy: {pairs} rounds"
+    data["description"] = f"{data.get('description', '')} ({note})".strip()
     plan.out.mkdir(parents=True, exist_ok=True)
     copy = plan.out / plan.matrix.name
     copy.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
-    return copy, load_matrix(copy, models_dir=models_dirs[0])
+    return copy, load_matrix(copy, models_dir=models_dirs[0]), pairs
 
 
 def side_tree(ref: str | None, trees: Worktrees) -> tuple[Path, str | None]:
@@ -242,14 +130,19 @@ def side_command(side: Side, plan: Plan, matrix: Path, storage: Path) -> list[st
 
 
 def side_environment(
-    side: Side, socket_path: Path | None, cpus: frozenset[int] | None = None
+    side: Side,
+    socket_path: Path | None,
+    cpus: frozenset[int] | None = None,
+    pairs: int | None = None,
 ) -> dict[str, str]:
     """The caller's environment (xdist markers dropped) + the side's variables + the turnstile."""
     # pytest-benchmark disables itself under PYTEST_XDIST_WORKER (set when tests start us).
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
-    for name in (SOCKET_VAR, SIDE_VAR, CPUS_VAR):
+    for name in (SOCKET_VAR, SIDE_VAR, CPUS_VAR, PAIRS_VAR):
         env.pop(name, None)
     env.update(side.env)
+    if pairs is not None:
+        env[PAIRS_VAR] = str(pairs)
     if socket_path is not None:
         env[SOCKET_VAR], env[SIDE_VAR] = str(socket_path), side.name
         if cpus is not None:
@@ -290,7 +183,12 @@ def run_sides(
                 process = subprocess.Popen(
                     side_command(side, plan, matrix, storage),
                     cwd=apparatus,
-                    env=side_environment(side, socket_path, plan.cpus if pin_rounds else None),
+                    env=side_environment(
+                        side,
+                        socket_path,
+                        plan.cpus if pin_rounds else None,
+                        plan.pairs if protocol >= PINS_ROUNDS else None,
+                    ),
                     stdout=sink,
                     stderr=subprocess.STDOUT,
                 )
@@ -360,7 +258,10 @@ def ab(plan: Plan) -> int:
             )
             plan = replace(plan, budget=None)
         models_dirs = (base_tree / "matrix" / "models", head_tree / "matrix" / "models")
-        matrix, loaded = prepared_matrix(plan, models_dirs)
+        matrix, loaded, pairs = prepared_matrix(
+            plan, models_dirs, rounds_via_env=protocol >= PINS_ROUNDS
+        )
+        plan = replace(plan, pairs=pairs)
         base = build_side("base", plan.base_ref, base_tree, base_commit, plan)
         head = build_side("head", plan.head_ref, head_tree, head_commit, plan)
         mode = plan.interleave
@@ -370,8 +271,8 @@ def ab(plan: Plan) -> int:
             mode = "rounds" if fits else "process"
             if not fits:
                 _say(f"{memory_note}: process-level interleaving (one side, then the other)")
-        cells = f"{len(loaded.cells)} cells, up to {loaded.rounds} pairs each"
-        if plan.budget is not None and plan.budget.min_pairs < loaded.rounds:
+        cells = f"{len(loaded.cells)} cells, up to {pairs} pairs each"
+        if plan.budget is not None and plan.budget.min_pairs < pairs:
             cells += f" (or {plan.budget.min_pairs}+ within {plan.budget.budget_s:g} s)"
         pinned = "" if plan.cpus is None else f"; both sides on CPUs {sorted(plan.cpus)}"
         _say(f"apparatus: {plan.apparatus} tree; {cells}; interleave {mode}{pinned}")
@@ -385,7 +286,7 @@ def ab(plan: Plan) -> int:
                 )
     context = {
         "matrix": str(plan.matrix),
-        "pairs": loaded.rounds,
+        "pairs": pairs,
         "min_pairs": None if plan.budget is None else plan.budget.min_pairs,
         "pair_budget_s": None if plan.budget is None else plan.budget.budget_s,
         "interleave": mode,

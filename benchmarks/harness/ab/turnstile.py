@@ -16,6 +16,11 @@ What is timed does not change: pytest-benchmark's own timer still brackets only 
 each side writes ordinary pytest-benchmark JSON. Waiting happens in `setup`, outside the timed
 region. A benchmark the coordinator lets run `alone` calls the original `pedantic` untouched.
 
+With `PHASEBENCH_AB_PAIRS` set, every benchmark's `pedantic` is asked for that many timed
+rounds instead of the matrix's `rounds` (also when running without a coordinator, one side
+after the other): only the timed rounds get the pairs, while whatever else the suite derives
+from `rounds` stays as in a plain run.
+
 With `PHASEBENCH_AB_CPUS` set (`--cpus`, Linux), every thread of the side is pinned to those
 CPUs for a benchmark's timed rounds only, and let free again when they are over: the two sides'
 timed rounds share the same cores (other work there hits both alike), while their untimed work
@@ -39,10 +44,12 @@ import pytest
 SOCKET_VAR = "PHASEBENCH_AB_SOCKET"
 SIDE_VAR = "PHASEBENCH_AB_SIDE"
 CPUS_VAR = "PHASEBENCH_AB_CPUS"  # e.g. "1" or "2,3": where the timed rounds run
+PAIRS_VAR = "PHASEBENCH_AB_PAIRS"  # the timed rounds of every benchmark (the most pairs)
 # The turn protocol, read from this file's text by `sides.turnstile_protocol` (keep the line's
 # form): 2 understands "stop" and pins the timed rounds itself; 1 (no line) did neither.
 PROTOCOL = 2
 _CLIENT = pytest.StashKey["TurnClient"]()
+_PAIRS = pytest.StashKey[int]()
 
 
 class TurnstileError(RuntimeError):
@@ -56,9 +63,12 @@ class _Enough(Exception):  # noqa: N818 - a signal, not an error: the coordinato
 class TurnClient:
     """One side's connection to the coordinator: send a line, optionally wait for the reply."""
 
-    def __init__(self, path: str, side: str, pinning: Pinning | None = None) -> None:
+    def __init__(
+        self, path: str, side: str, pinning: Pinning | None = None, pairs: int | None = None
+    ) -> None:
         self.side = side
         self.pinning = pinning if pinning is not None else Pinning(None)
+        self.pairs = pairs  # timed rounds per benchmark; None: the matrix's
         self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._socket.connect(path)
         self._lines = self._socket.makefile("r", encoding="utf-8")
@@ -126,14 +136,27 @@ def _set_all_threads(cpus: frozenset[int]) -> None:
             os.sched_setaffinity(task, cpus)
 
 
+def pairs_from_env() -> int | None:
+    """`PHASEBENCH_AB_PAIRS` as a count of rounds; None when unset or empty."""
+    raw = os.environ.get(PAIRS_VAR, "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or int(raw) < 1:
+        raise pytest.UsageError(f"{PAIRS_VAR}={raw!r}: use a positive number of rounds")
+    return int(raw)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Connect to the coordinator when this pytest process is an A/B side."""
     path, side = os.environ.get(SOCKET_VAR), os.environ.get(SIDE_VAR)
+    pairs = pairs_from_env()
     if not path or not side:
+        if pairs is not None:
+            config.stash[_PAIRS] = pairs  # a side running alone (process-level interleaving)
         return
     if side not in ("base", "head"):
         raise pytest.UsageError(f"{SIDE_VAR}={side!r}: use base or head")
-    config.stash[_CLIENT] = TurnClient(path, side, Pinning.from_env())
+    config.stash[_CLIENT] = TurnClient(path, side, Pinning.from_env(), pairs)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -173,6 +196,8 @@ def turn_taking(
     ) -> Any:
         call = {"args": args, "kwargs": kwargs, "rounds": rounds}
         call.update({"warmup_rounds": warmup_rounds, "iterations": iterations, **more})
+        if client.pairs is not None:
+            rounds = call["rounds"] = client.pairs
         # iterations > 1 forbids a setup function (pytest-benchmark): such a benchmark runs alone.
         if iterations > 1:
             return pedantic(target, setup=setup, **call)
@@ -211,9 +236,24 @@ def turn_taking(
 def _phasebench_ab_turns(request: pytest.FixtureRequest) -> None:
     """Make this test's `benchmark.pedantic` take turns (A/B sides only)."""
     client = request.config.stash.get(_CLIENT, None)
-    if client is None or "benchmark" not in request.fixturenames:
+    pairs = request.config.stash.get(_PAIRS, None)
+    if (client is None and pairs is None) or "benchmark" not in request.fixturenames:
         return
     benchmark = request.getfixturevalue("benchmark")
     if getattr(benchmark, "disabled", False):
         return  # --benchmark-disable: nothing is timed, nothing to alternate
+    if client is None:
+        benchmark.pedantic = with_rounds(benchmark.pedantic, pairs)
+        return
     benchmark.pedantic = turn_taking(benchmark.pedantic, client, request.node.nodeid, benchmark)
+
+
+def with_rounds(pedantic: Callable[..., Any], rounds: int | None) -> Callable[..., Any]:
+    """`pedantic` asked for `rounds` timed rounds whatever its caller asked (None: unchanged)."""
+
+    def wrapped(target: Callable[..., Any], **options: Any) -> Any:
+        if rounds is not None:
+            options["rounds"] = rounds
+        return pedantic(target, **options)
+
+    return wrapped
