@@ -68,8 +68,11 @@ class Sim:
         return self.inbox[side][-1] if self.inbox[side] else None
 
 
-def _play_paired(sim: Sim, key: str, rounds: int) -> list[str]:
-    """Both sides enter `key` and take every turn they are granted; returns the timing order."""
+def _play_paired(
+    sim: Sim, key: str, rounds: int, clock: FakeClock | None = None, round_s: float = 0.0
+) -> list[str]:
+    """Both sides enter `key` and take every turn they are granted (each round `round_s` on
+    `clock`) until released, leaving early when told to stop; returns the timing order."""
     sim(sim.ref.enter(BASE, key, rounds))
     sim(sim.ref.enter(HEAD, key, rounds))
     assert sim.last(BASE) == sim.last(HEAD) == "paired"
@@ -77,10 +80,12 @@ def _play_paired(sim: Sim, key: str, rounds: int) -> list[str]:
     timed: list[str] = []
     for side in SIDES:
         sim(sim.ref.turn(side, 0))
-    while len(timed) < 2 * rounds:
+    while not (sim.last(BASE) == sim.last(HEAD) == "release"):
         for side in SIDES:
             if sim.last(side) == "go":
                 timed.append(side)
+                if clock is not None:
+                    clock.now += round_s
                 sim.inbox[side].append("timing")
                 asked[side] += 1
                 if asked[side] < rounds:
@@ -88,9 +93,12 @@ def _play_paired(sim: Sim, key: str, rounds: int) -> list[str]:
                 else:
                     sim(sim.ref.leave(side))
                 break
+            if sim.last(side) == "stop":
+                sim.inbox[side].append("stopped")
+                sim(sim.ref.leave(side))
+                break
         else:
             raise AssertionError(f"deadlock after {timed}")
-    assert sim.last(BASE) == sim.last(HEAD) == "release"
     return timed
 
 
@@ -199,34 +207,6 @@ class FakeClock:
         return self.now
 
 
-def _play_until_told(sim: Sim, clock: FakeClock, key: str, rounds: int, round_s: float) -> int:
-    """Both sides time granted rounds (each `round_s` long) until they leave; pairs timed."""
-    sim(sim.ref.enter(BASE, key, rounds))
-    sim(sim.ref.enter(HEAD, key, rounds))
-    asked = {BASE: 0, HEAD: 0}
-    for side in SIDES:
-        sim(sim.ref.turn(side, 0))
-    while not (sim.last(BASE) == sim.last(HEAD) == "release"):
-        for side in SIDES:
-            if sim.last(side) == "go":
-                clock.now += round_s
-                sim.inbox[side].append("timing")
-                asked[side] += 1
-                if asked[side] < rounds:
-                    sim(sim.ref.turn(side, asked[side]))
-                else:
-                    sim(sim.ref.leave(side))
-                break
-            if sim.last(side) == "stop":
-                sim.inbox[side].append("stopped")
-                sim(sim.ref.leave(side))
-                break
-        else:
-            raise AssertionError(f"deadlock: {sim.inbox}")
-    assert asked[BASE] == asked[HEAD]
-    return asked[BASE]
-
-
 def test_the_pair_budget_stops_slow_rounds_at_min_pairs_and_lets_fast_ones_run_all():
     """Stops come at pair boundaries, never before min_pairs, only once the time is spent."""
     for round_s, rounds, expected in ((0.5, 100, 20), (0.001, 100, 100), (0.0625, 100, 40)):
@@ -234,7 +214,8 @@ def test_the_pair_budget_stops_slow_rounds_at_min_pairs_and_lets_fast_ones_run_a
         sim = Sim(budget=PairBudget(min_pairs=20, budget_s=5.0), clock=clock)
         for side in SIDES:
             sim(sim.ref.plan(side, ["a"]))
-        assert _play_until_told(sim, clock, "a", rounds, round_s) == expected
+        timed = _play_paired(sim, "a", rounds, clock, round_s)
+        assert timed.count(BASE) == timed.count(HEAD) == expected
         stopped = [box.count("stop") for box in sim.inbox.values()]
         assert stopped == ([1, 1] if expected < rounds else [0, 0])
 
@@ -244,4 +225,4 @@ def test_without_a_budget_every_announced_round_is_timed():
     sim = Sim(clock=clock)
     for side in SIDES:
         sim(sim.ref.plan(side, ["a"]))
-    assert _play_until_told(sim, clock, "a", 30, 10.0) == 30
+    assert len(_play_paired(sim, "a", 30, clock, 10.0)) == 60
