@@ -529,8 +529,16 @@ rounds: 1
 """
 
 
+# Ctrl-C's own handler in the run, whatever this process inherited: a shell that starts a job in
+# the background (`cmd &`, no job control) hands it SIGINT ignored, and so to every child.
+_WITH_SIGINT = (
+    "import signal, sys, pytest; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "sys.exit(pytest.main(sys.argv[1:]))"
+)
+
+
 def _start(base: Path, matrix: Path, storage: Path, *args: str) -> subprocess.Popen[str]:
-    command = [sys.executable, "-m", "pytest", *COMMON, "--matrix", str(matrix)]
+    command = [sys.executable, "-c", _WITH_SIGINT, *COMMON, "--matrix", str(matrix)]
     command += [f"--benchmark-storage=file://{storage}", "-k", "prefill or decode", *args]
     return subprocess.Popen(
         command, cwd=base, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
