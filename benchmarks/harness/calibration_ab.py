@@ -112,7 +112,10 @@ def rejudge(plan: Plan, folder: Path) -> None:
     with (folder / "rejudge.log").open("w", encoding="utf-8") as sink:
         code = subprocess.call(command, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT)
     if code not in (0, 1):
-        raise CalibrationError(f"judging {folder} again failed (exit {code}); read rejudge.log")
+        raise CalibrationError(
+            f"judging {folder} again failed (exit {code}): read {folder / 'rejudge.log'}, "
+            "or run the calibration without --reuse"
+        )
 
 
 def wall_summary(outcomes: Sequence[GateOutcome]) -> dict[str, float | None]:

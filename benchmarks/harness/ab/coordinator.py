@@ -309,10 +309,13 @@ class Coordinator:
             self.paired_turns += 1
         else:
             self.alone_benchmarks += 1
-        entry = {"t_s": round(time.perf_counter() - self._started, 6), "key": message["key"]}
-        entry.update({"side": side, "round": message.get("round", -1), "paired": paired})
-        entry["settle_s"] = round(settle_s, 6)
-        self._log.write(json.dumps(entry) + "\n")
+        entry = {"key": message["key"], "side": side, "round": message.get("round", -1)}
+        self._write_log({**entry, "paired": paired, "settle_s": round(settle_s, 6)})
+
+    def _write_log(self, entry: dict[str, Any]) -> None:
+        # Under self._lock: one JSON line, stamped with the seconds since the coordinator began.
+        stamped = {"t_s": round(time.perf_counter() - self._started, 6), **entry}
+        self._log.write(json.dumps(stamped) + "\n")
         self._log.flush()
 
     def _accept(self) -> None:
@@ -367,9 +370,7 @@ class Coordinator:
             if message["op"] in ("go", "alone"):
                 self._log_turn(side, message, settle_s)
             elif message["op"] == "stop":
-                entry = {"t_s": round(time.perf_counter() - self._started, 6), **message}
-                self._log.write(json.dumps({**entry, "side": side}) + "\n")
-                self._log.flush()
+                self._write_log({**message, "side": side})
             connection = self._connections.get(side)
             if connection is not None:
                 # A side that is gone is reported by its reader thread.

@@ -108,9 +108,13 @@ def parse_plan(argv: Sequence[str]) -> Plan:
     if args.pairs is not None and args.pairs < 2:
         raise ABError(f"--pairs {args.pairs}: paired statistics need at least 2 pairs (10+ useful)")
     if args.min_pairs < 2:
-        raise ABError(f"--min-pairs {args.min_pairs}: paired statistics need at least 2 pairs")
+        raise ABError(
+            f"--min-pairs {args.min_pairs}: paired statistics need at least 2 pairs; "
+            f"use --min-pairs 2 or more (default {MIN_PAIRS})"
+        )
     if not args.pair_budget_s >= 0:  # also refuses nan
         raise ABError(f"--pair-budget-s {args.pair_budget_s}: use seconds >= 0 (inf: no budget)")
+    cpus = choose_cpus(args.cpus, tuple(rest))
     report_args: list[str] = []
     for item in args.threshold:
         report_args += ["--threshold", item]
@@ -118,7 +122,7 @@ def parse_plan(argv: Sequence[str]) -> Plan:
         report_args += ["--alpha", args.alpha]
     if args.process_cv is not None:
         report_args += ["--process-cv", args.process_cv]
-    elif choose_cpus(args.cpus, tuple(rest)) is not None:
+    elif cpus is not None:
         # Pinned to the same CPUs, A/A runs here showed no spread between the two processes
         # beyond the paired errors (docs/ab.md): the between-process term is not needed.
         report_args += ["--process-cv", "0"]
@@ -135,7 +139,7 @@ def parse_plan(argv: Sequence[str]) -> Plan:
         pytest_args=tuple(rest),
         seed=args.seed,
         interleave=args.interleave,
-        cpus=choose_cpus(args.cpus, tuple(rest)),
+        cpus=cpus,
         argv=tuple(argv),
         budget=PairBudget(args.min_pairs, args.pair_budget_s),
     )

@@ -57,7 +57,6 @@ from benchmarks.harness.matrix import Matrix, load_matrix
 # pytest exit codes: 0 all passed, 1 some tests failed (their cells are `missing`), 5 nothing
 # collected; anything else (interrupted, internal error, usage error) measured nothing usable.
 _USABLE = (0, 1)
-PINS_ROUNDS = 2  # the turnstile protocol that pins its own rounds and understands "stop"
 STALE = ("ab.json", "index.html", "summary.md", "context.json", "turns.jsonl")
 
 
@@ -70,7 +69,7 @@ def prepared_matrix(
 ) -> tuple[Path, Matrix, int]:
     """The matrix both sides run (validated against both model folders), and the pairs.
 
-    With `rounds_via_env` (a protocol-2 turnstile) the copy keeps the matrix's `rounds`: the
+    With `rounds_via_env` (the current turnstile) the copy keeps the matrix's `rounds`: the
     turnstile gives only the timed rounds the pairs (`PHASEBENCH_AB_PAIRS`), so everything else
     the suite derives from `rounds` (the overhead module's untimed whole-loop comparison, a
     plain run's cost) is what a plain run of the matrix does. An older turnstile gets the pairs
@@ -157,12 +156,13 @@ def run_sides(
     apparatus: Path,
     mode: str,
     *,
-    protocol: int = PROTOCOL,
+    current: bool = True,
 ) -> dict[str, int]:
     """Run both sides' pytest (together through the coordinator, or one after the other).
 
-    `protocol` is the apparatus turnstile's (`sides.turnstile_protocol`): one that cannot pin
-    its rounds has its processes pinned whole, as that release did.
+    `current`: the apparatus turnstile speaks this tree's `PROTOCOL` (it sets the timed
+    rounds and pins them); an older one gets the pairs from the matrix copy and has its
+    processes pinned whole, as that release did.
     """
     logs = plan.out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -179,7 +179,7 @@ def run_sides(
             for side in sides:
                 sink = (logs / f"{side.name}.log").open("w", encoding="utf-8")
                 socket_path = None if coordinator is None else coordinator.socket_path
-                pin_rounds = coordinator is not None and protocol >= PINS_ROUNDS
+                pin_rounds = coordinator is not None and current
                 process = subprocess.Popen(
                     side_command(side, plan, matrix, storage),
                     cwd=apparatus,
@@ -187,7 +187,7 @@ def run_sides(
                         side,
                         socket_path,
                         plan.cpus if pin_rounds else None,
-                        plan.pairs if protocol >= PINS_ROUNDS else None,
+                        plan.pairs if current else None,
                     ),
                     stdout=sink,
                     stderr=subprocess.STDOUT,
@@ -251,16 +251,15 @@ def ab(plan: Plan) -> int:
                 "with --apparatus head, or pick a newer base"
             )
         protocol = turnstile_protocol(apparatus)
-        if protocol < PINS_ROUNDS and plan.budget is not None:
+        current = protocol >= PROTOCOL
+        if not current and plan.budget is not None:
             _say(
                 f"the {plan.apparatus} tree's turnstile is protocol {protocol}: every benchmark "
                 "runs all --pairs (no time budget), processes pinned whole"
             )
             plan = replace(plan, budget=None)
         models_dirs = (base_tree / "matrix" / "models", head_tree / "matrix" / "models")
-        matrix, loaded, pairs = prepared_matrix(
-            plan, models_dirs, rounds_via_env=protocol >= PINS_ROUNDS
-        )
+        matrix, loaded, pairs = prepared_matrix(plan, models_dirs, rounds_via_env=current)
         plan = replace(plan, pairs=pairs)
         base = build_side("base", plan.base_ref, base_tree, base_commit, plan)
         head = build_side("head", plan.head_ref, head_tree, head_commit, plan)
@@ -276,7 +275,7 @@ def ab(plan: Plan) -> int:
             cells += f" (or {plan.budget.min_pairs}+ within {plan.budget.budget_s:g} s)"
         pinned = "" if plan.cpus is None else f"; both sides on CPUs {sorted(plan.cpus)}"
         _say(f"apparatus: {plan.apparatus} tree; {cells}; interleave {mode}{pinned}")
-        codes = run_sides((base, head), plan, matrix, apparatus, mode, protocol=protocol)
+        codes = run_sides((base, head), plan, matrix, apparatus, mode, current=current)
         for side in (base, head):
             log = plan.out / "logs" / f"{side.name}.log"
             if codes[side.name] not in _USABLE or not (plan.out / f"{side.name}.json").is_file():

@@ -218,8 +218,12 @@ def environment(spec: EnvSpec, running: EnvSpec, log: Path, cache: Path | None =
 
 
 @functools.lru_cache(maxsize=8)  # both sides usually share one interpreter: import torch once
+@functools.cache  # both sides usually share one interpreter: import torch once, not twice
 def probe_stack(python: Path) -> dict[str, str]:
-    """torch, transformers and pytest-benchmark versions `python` imports; ABError if it cannot."""
+    """torch, transformers and pytest-benchmark versions `python` imports; ABError if it cannot.
+
+    Cached per interpreter (an error is not cached); callers copy the dict they keep.
+    """
     code = (
         "import json, torch, transformers, pytest_benchmark;"
         "print(json.dumps({'torch': torch.__version__, 'transformers': transformers.__version__,"

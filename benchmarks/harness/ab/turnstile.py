@@ -63,12 +63,9 @@ class _Enough(Exception):  # noqa: N818 - a signal, not an error: the coordinato
 class TurnClient:
     """One side's connection to the coordinator: send a line, optionally wait for the reply."""
 
-    def __init__(
-        self, path: str, side: str, pinning: Pinning | None = None, pairs: int | None = None
-    ) -> None:
+    def __init__(self, path: str, side: str, pinning: Pinning | None = None) -> None:
         self.side = side
         self.pinning = pinning if pinning is not None else Pinning(None)
-        self.pairs = pairs  # timed rounds per benchmark; None: the matrix's
         self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._socket.connect(path)
         self._lines = self._socket.makefile("r", encoding="utf-8")
@@ -123,6 +120,13 @@ class Pinning:
         if self.free is not None:
             _set_all_threads(self.free)
 
+    def __enter__(self) -> Pinning:
+        self.pin()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.unpin()
+
 
 def _set_all_threads(cpus: frozenset[int]) -> None:
     # sched_setaffinity(0, ...) moves the calling thread only; torch's worker threads are
@@ -148,15 +152,15 @@ def pairs_from_env() -> int | None:
 
 def pytest_configure(config: pytest.Config) -> None:
     """Connect to the coordinator when this pytest process is an A/B side."""
-    path, side = os.environ.get(SOCKET_VAR), os.environ.get(SIDE_VAR)
     pairs = pairs_from_env()
+    if pairs is not None:  # also a side running alone (process-level interleaving)
+        config.stash[_PAIRS] = pairs
+    path, side = os.environ.get(SOCKET_VAR), os.environ.get(SIDE_VAR)
     if not path or not side:
-        if pairs is not None:
-            config.stash[_PAIRS] = pairs  # a side running alone (process-level interleaving)
         return
     if side not in ("base", "head"):
         raise pytest.UsageError(f"{SIDE_VAR}={side!r}: use base or head")
-    config.stash[_CLIENT] = TurnClient(path, side, Pinning.from_env(), pairs)
+    config.stash[_CLIENT] = TurnClient(path, side, Pinning.from_env())
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -174,7 +178,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def turn_taking(
-    pedantic: Callable[..., Any], client: TurnClient, key: str, fixture: Any = None
+    pedantic: Callable[..., Any], client: TurnClient, key: str, fixture: Any
 ) -> Callable[..., Any]:
     """`pedantic` whose every round (warmup rounds included) first waits for its turn.
 
@@ -196,18 +200,13 @@ def turn_taking(
     ) -> Any:
         call = {"args": args, "kwargs": kwargs, "rounds": rounds}
         call.update({"warmup_rounds": warmup_rounds, "iterations": iterations, **more})
-        if client.pairs is not None:
-            rounds = call["rounds"] = client.pairs
         # iterations > 1 forbids a setup function (pytest-benchmark): such a benchmark runs alone.
         if iterations > 1:
             return pedantic(target, setup=setup, **call)
         total = warmup_rounds + rounds
         if client.ask({"op": "enter", "key": key, "rounds": total}, "paired", "alone") == "alone":
-            client.pinning.pin()
-            try:
+            with client.pinning:
                 return pedantic(target, setup=setup, **call)
-            finally:
-                client.pinning.unpin()
         counter: Iterator[int] = iter(range(1 << 30))
 
         def setup_in_turn() -> Any:
@@ -215,26 +214,24 @@ def turn_taking(
                 raise _Enough
             return None if setup is None else setup()
 
-        client.pinning.pin()
-        try:
-            return pedantic(target, setup=setup_in_turn, **call)
-        except _Enough:
-            # pytest-benchmark adds each round to the benchmark's stats as it ends, so the
-            # rounds timed so far are the record once the error flag the exception set is
-            # cleared (tests/test_ab_e2e.py checks both); the suite ignores the result.
-            if fixture is not None:
+        with client.pinning:
+            try:
+                return pedantic(target, setup=setup_in_turn, **call)
+            except _Enough:
+                # pytest-benchmark adds each round to the benchmark's stats as it ends, so the
+                # rounds timed so far are the record once the error flag the exception set is
+                # cleared (tests/test_ab_e2e.py checks both); the suite ignores the result.
                 fixture.has_error = False
-            return None
-        finally:
-            client.ask({"op": "leave"}, "release")
-            client.pinning.unpin()
+                return None
+            finally:
+                client.ask({"op": "leave"}, "release")  # before unpinning: both leave together
 
     return wrapped
 
 
 @pytest.fixture(autouse=True)
 def _phasebench_ab_turns(request: pytest.FixtureRequest) -> None:
-    """Make this test's `benchmark.pedantic` take turns (A/B sides only)."""
+    """Make this test's `benchmark.pedantic` take turns and time the pairs (A/B sides only)."""
     client = request.config.stash.get(_CLIENT, None)
     pairs = request.config.stash.get(_PAIRS, None)
     if (client is None and pairs is None) or "benchmark" not in request.fixturenames:
@@ -242,18 +239,19 @@ def _phasebench_ab_turns(request: pytest.FixtureRequest) -> None:
     benchmark = request.getfixturevalue("benchmark")
     if getattr(benchmark, "disabled", False):
         return  # --benchmark-disable: nothing is timed, nothing to alternate
-    if client is None:
-        benchmark.pedantic = with_rounds(benchmark.pedantic, pairs)
-        return
-    benchmark.pedantic = turn_taking(benchmark.pedantic, client, request.node.nodeid, benchmark)
+    pedantic = benchmark.pedantic
+    if client is not None:
+        pedantic = turn_taking(pedantic, client, request.node.nodeid, benchmark)
+    if pairs is not None:  # outermost: the turns announce the pairs, not the matrix's rounds
+        pedantic = with_rounds(pedantic, pairs)
+    benchmark.pedantic = pedantic
 
 
-def with_rounds(pedantic: Callable[..., Any], rounds: int | None) -> Callable[..., Any]:
-    """`pedantic` asked for `rounds` timed rounds whatever its caller asked (None: unchanged)."""
+def with_rounds(pedantic: Callable[..., Any], rounds: int) -> Callable[..., Any]:
+    """`pedantic` asked for `rounds` timed rounds whatever its caller asked."""
 
     def wrapped(target: Callable[..., Any], **options: Any) -> Any:
-        if rounds is not None:
-            options["rounds"] = rounds
+        options["rounds"] = rounds
         return pedantic(target, **options)
 
     return wrapped
