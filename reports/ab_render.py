@@ -86,8 +86,18 @@ def _view(document: Mapping[str, Any]) -> dict[str, Any]:
         "rows": [(b, strip_points(b)) for b in ranked],
         "notable": [b for b in ranked if b["verdict"] not in ("pass",)],
         "median_half_width": statistics.median(widths) if widths else None,
+        "pairs_text": pairs_text(benchmarks),
         "generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     }
+
+
+def pairs_text(benchmarks: Sequence[Mapping[str, Any]]) -> str:
+    """'100 pairs', or '20-100 pairs' when the time budget stopped some benchmarks early."""
+    counts = [b["pairs"] for b in benchmarks if b.get("kind") == "timing" and b.get("pairs")]
+    if not counts:
+        return "no pairs"
+    low, high = min(counts), max(counts)
+    return f"{high} pairs" if low == high else f"{low}-{high} pairs"
 
 
 def render_html(document: Mapping[str, Any]) -> str:

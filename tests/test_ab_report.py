@@ -168,3 +168,13 @@ def test_render_handles_an_error_document():
     assert doc["status"] == "error"
     assert "ERROR" in render_html(doc)
     assert "ERROR" in render_summary(doc)
+
+
+def test_the_header_names_the_pairs_the_benchmarks_really_had():
+    """The time budget stops long rounds early: the page says 20-100, not the most asked for."""
+    from reports.ab_render import pairs_text  # noqa: PLC0415
+
+    timing = [{"kind": "timing", "pairs": n} for n in (100, 20, 41)]
+    assert pairs_text([*timing, {"kind": "exact", "pairs": 0}]) == "20-100 pairs"
+    assert pairs_text([{"kind": "timing", "pairs": 30}] * 2) == "30 pairs"
+    assert pairs_text([]) == "no pairs"
