@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "github"
 SHA = "4f2a9c0d1e7b3a5f6c8d9e0a1b2c3d4e5f6a7b8c"
 

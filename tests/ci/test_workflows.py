@@ -1,5 +1,5 @@
 """Spec of the GitHub Actions workflows' security, fleet and re-run invariants (.github/).
-(The history store script has its own spec: tests/test_history_store.py.)
+(The history store script has its own spec: tests/ci/test_history_store.py.)
 
 The workflow tests read the YAML (PyYAML parses the `on:` key as the boolean True) and check
 what a reviewer would: permissions, pinned actions, credentials, fork guards. The guards are
@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / ".github" / "workflows"
 FILES = sorted([*WORKFLOWS.glob("*.yml"), *WORKFLOWS.glob("*.yaml")])
 REPO = "phasebench/phasebench"
