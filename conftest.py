@@ -147,16 +147,16 @@ def pytest_benchmark_update_machine_info(
     config: pytest.Config, machine_info: dict[str, Any]
 ) -> None:
     """Add the machine fingerprint: history is grouped by it, not by the storage folder name."""
-    from benchmarks.harness.devices import resolve_device  # noqa: PLC0415
-    from benchmarks.harness.dtypespeed import slow_dtypes  # noqa: PLC0415
-    from benchmarks.harness.fingerprint import (  # noqa: PLC0415
+    from benchmarks.harness.device.devices import resolve_device  # noqa: PLC0415
+    from benchmarks.harness.device.fingerprint import (  # noqa: PLC0415
         device_fingerprints,
         fingerprint_id,
         hardware_id,
         machine_fingerprint,
         stack,
     )
-    from benchmarks.harness.noise import cpu_thread_state  # noqa: PLC0415
+    from benchmarks.harness.device.noise import cpu_thread_state  # noqa: PLC0415
+    from benchmarks.harness.roofline.dtypespeed import slow_dtypes  # noqa: PLC0415
     from benchmarks.suite import ACCELERATOR, MATRIX  # noqa: PLC0415
 
     accelerator = config.stash.get(ACCELERATOR, None)

@@ -207,11 +207,11 @@ def calibrate(session: nox.Session) -> None:
 
     Runs the matrix (default matrix/smoke.yaml) repeatedly into out/calibrate/history (never
     .benchmarks/), gates every run, writes out/calibrate/calibration.{json,md}. Arguments after
-    -- go to `python -m benchmarks.harness.calibration` (--matrix, --aa-runs, --slow-runs,
+    -- go to `python -m benchmarks.calibration` (--matrix, --aa-runs, --slow-runs,
     --slowdowns, --reuse, --threshold, --alpha, --pytest-args); see docs/calibration.md.
     """
     _install(session, "bench", "report")
-    session.run("python", "-m", "benchmarks.harness.calibration", *session.posargs)
+    session.run("python", "-m", "benchmarks.calibration", *session.posargs)
 
 
 @nox.session(venv_params=SYSTEM_SITE)
@@ -224,7 +224,7 @@ def ab(session: nox.Session) -> None:
     2 bad input.
     """
     _install(session, "bench", "report")
-    _run_verdict(session, "python", "-m", "benchmarks.harness.ab", *session.posargs)
+    _run_verdict(session, "python", "-m", "benchmarks.ab", *session.posargs)
 
 
 def _run_verdict(session: nox.Session, *args: str) -> None:

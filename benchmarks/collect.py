@@ -19,14 +19,14 @@ from pathlib import Path
 import pytest
 
 from benchmarks.configure import SHARD_IDS, models_dir_option
-from benchmarks.harness import compat
-from benchmarks.harness.dtypespeed import slow_dtype_reason
+from benchmarks.harness.device.synctimer import synced_perf_counter
 from benchmarks.harness.errors import PhasebenchError
-from benchmarks.harness.matrix import Cell, Matrix
-from benchmarks.harness.models import MODELS_DIR, load_model_spec
+from benchmarks.harness.matrix.cells import Cell, Matrix
+from benchmarks.harness.model import compat
+from benchmarks.harness.model.models import MODELS_DIR, load_model_spec
 from benchmarks.harness.plan import build_order, skip_reason
-from benchmarks.harness.runmode import measurement_skip_reason
-from benchmarks.harness.synctimer import synced_perf_counter
+from benchmarks.harness.roofline.dtypespeed import slow_dtype_reason
+from benchmarks.harness.runmode.decide import measurement_skip_reason
 from benchmarks.suite import MATRIX
 
 MODULE_ORDER = {

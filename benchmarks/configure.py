@@ -21,12 +21,13 @@ import pytest
 import torch
 from pytest_benchmark.utils import get_tag
 
-from benchmarks.harness.devices import device_unavailable_reason
+from benchmarks.harness.device.devices import device_unavailable_reason
+from benchmarks.harness.device.noise import WarmupPolicy, pin_cpu_threads
 from benchmarks.harness.errors import PhasebenchError
-from benchmarks.harness.matrix import Matrix, load_matrix
-from benchmarks.harness.noise import WarmupPolicy, pin_cpu_threads
-from benchmarks.harness.peaks import Peaks
-from benchmarks.harness.shard import parse_shard, select_shard
+from benchmarks.harness.matrix.cells import Matrix
+from benchmarks.harness.matrix.parse import load_matrix
+from benchmarks.harness.matrix.shard import parse_shard, select_shard
+from benchmarks.harness.roofline.peaks import Peaks
 from benchmarks.suite import ACCELERATOR, MATRIX, PartialHistory
 
 SHARD_IDS = pytest.StashKey["frozenset[str] | None"]()

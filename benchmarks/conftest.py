@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 import torch
 
+from benchmarks.calibration import slowdown as calibration
 from benchmarks.collect import pytest_collection_modifyitems, pytest_generate_tests
 from benchmarks.configure import (
     PARTIAL,
@@ -38,14 +39,13 @@ from benchmarks.configure import (
 )
 from benchmarks.fixtures_peaks import peaks, remeasure_peaks
 from benchmarks.fixtures_warmup import warmed
-from benchmarks.harness import calibration
-from benchmarks.harness.devices import resolve_device, sync_name
+from benchmarks.harness.device.devices import resolve_device, sync_name
+from benchmarks.harness.device.noise import thermal_state
+from benchmarks.harness.device.synctimer import synced_perf_counter
 from benchmarks.harness.engine import make_prompt
-from benchmarks.harness.matrix import Cell
+from benchmarks.harness.matrix.cells import Cell
 from benchmarks.harness.modelcache import Loaded, ModelCache, release_device_memory
-from benchmarks.harness.noise import thermal_state
-from benchmarks.harness.runmode import configure_engine
-from benchmarks.harness.synctimer import synced_perf_counter
+from benchmarks.harness.runmode.decide import configure_engine
 from benchmarks.suite import CellRun, Progress, Warmup, mark_partial
 
 # Hooks and fixtures defined in the modules above: importing them here is what registers them.

@@ -1,8 +1,9 @@
 """The `peaks` and `remeasure_peaks` fixtures: device peak FLOP/s and bandwidth (`--peaks`).
 
 Resolved once per device and dtype per run (in `config.stash[PEAKS]`); measured peaks are cached
-per machine by `benchmarks.harness.peaks`. Registered by `benchmarks/conftest.py`, which imports
-them. Deliberately not here: measuring the peaks (`benchmarks.harness.peakmeasure`).
+per machine by `benchmarks.harness.roofline.peaks`. Registered by `benchmarks/conftest.py`, which
+imports
+them. Deliberately not here: measuring the peaks (`benchmarks.harness.roofline.peakmeasure`).
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from collections.abc import Callable
 import pytest
 
 from benchmarks.configure import PEAKS
-from benchmarks.harness.fingerprint import fingerprint_id, machine_fingerprint
-from benchmarks.harness.matrix import Cell
+from benchmarks.harness.device.fingerprint import fingerprint_id, machine_fingerprint
+from benchmarks.harness.matrix.cells import Cell
 from benchmarks.harness.modelcache import Loaded
-from benchmarks.harness.peaks import PeakRequest, Peaks, resolve_peaks
+from benchmarks.harness.roofline.peaks import PeakRequest, Peaks, resolve_peaks
 from benchmarks.suite import Progress
 
 

@@ -16,11 +16,11 @@ import pytest
 import torch
 
 from benchmarks.configure import STABLE, stable_policy_label
-from benchmarks.harness.devices import device_sync
-from benchmarks.harness.matrix import Cell
+from benchmarks.harness.device.devices import device_sync
+from benchmarks.harness.device.noise import thermal_state, warmup_until_stable
+from benchmarks.harness.matrix.cells import Cell
 from benchmarks.harness.modelcache import Loaded
-from benchmarks.harness.noise import thermal_state, warmup_until_stable
-from benchmarks.harness.runmode_compile import first_calls
+from benchmarks.harness.runmode.compiled import first_calls
 from benchmarks.suite import Progress, Warmup
 
 WARMUPS = pytest.StashKey["dict[str, Warmup]"]()

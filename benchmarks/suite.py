@@ -24,14 +24,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pytest
 from pytest_benchmark.utils import safe_dumps
 
-from benchmarks.harness.matrix import Matrix
-from benchmarks.harness.peaks import Peaks
-from benchmarks.harness.roofline import RooflineError, roofline_extra_info
+from benchmarks.harness.matrix.cells import Matrix
+from benchmarks.harness.roofline.peaks import Peaks
+from benchmarks.harness.roofline.roofline import RooflineError, roofline_extra_info
 
 if TYPE_CHECKING:
     import torch
 
-    from benchmarks.harness.matrix import Cell
+    from benchmarks.harness.matrix.cells import Cell
     from benchmarks.harness.modelcache import Loaded
 
 # The loaded matrix (pytest_configure in benchmarks/configure.py).
@@ -59,7 +59,7 @@ class Warmup:
     policy: str
     final_cv: float | None
     thermal_before: dict[str, Any]
-    # torch.compile's first calls (`runmode_compile.first_calls`, DESIGN §9): compile_s, ...
+    # torch.compile's first calls (`compiled.first_calls`, DESIGN §9): compile_s, ...
     run_mode: dict[str, Any] = field(default_factory=dict)
 
 
@@ -146,7 +146,7 @@ def start_record(benchmark: Any, run: CellRun, measurement: str) -> dict[str, An
 
 
 def memory_fields(samples: list[Any], weights_bytes: int) -> dict[str, Any]:
-    """Weights and the phase's peak memory over the rounds' `devices.MemorySample`s, labelled.
+    """Weights and the phase's peak memory over the rounds' `memory.MemorySample`s, labelled.
 
     Each sample is one round's own peak (`Rounds`); the fields are the largest over rounds. CPU
     has no allocator counters (the peaks are None, as labelled); `peak_rss_bytes` is the process
@@ -213,7 +213,7 @@ def cell_roofline(
 
 
 class PeakMonitor(Protocol):
-    """What `Rounds` needs of `devices.MemoryMonitor`: start a phase, read its peak."""
+    """What `Rounds` needs of `memory.MemoryMonitor`: start a phase, read its peak."""
 
     def reset_peak(self) -> None: ...
 
@@ -275,8 +275,8 @@ class Rounds:
         """Run `rounds` timed rounds (no warmup: the cell is warm); `keep(output)` per round."""
         self._keep = keep
         # A compiled cell fails if torch.compile (re)compiles in the timed rounds (DESIGN §9).
-        from benchmarks.harness.calibration import maybe_slow_region  # noqa: PLC0415 - torch
-        from benchmarks.harness.runmode_compile import TimedWindow  # noqa: PLC0415 - torch
+        from benchmarks.calibration.slowdown import maybe_slow_region  # noqa: PLC0415 - torch
+        from benchmarks.harness.runmode.compiled import TimedWindow  # noqa: PLC0415 - torch
 
         info = benchmark.extra_info
         target = maybe_slow_region(self.target)  # calibration runs only; else self.target

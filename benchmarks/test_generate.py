@@ -25,12 +25,17 @@ from typing import Any
 
 import pytest
 
+from benchmarks.harness.cache.kv import kv_bytes_per_token
+from benchmarks.harness.cache.measure import measure_kv
+from benchmarks.harness.cache.state import state_fields, state_mismatch
 from benchmarks.harness.engine import DecodeResult
-from benchmarks.harness.kv import kv_bytes_per_token, measure_kv
-from benchmarks.harness.kv_state import state_fields, state_mismatch
 from benchmarks.harness.profiling import profile_generation
 from benchmarks.harness.records import GenerationFigures, generation_metrics, jsonable
-from benchmarks.harness.runmode_kv import analytic_layout, static_fields, static_fields_mismatch
+from benchmarks.harness.runmode.kvlayout import (
+    analytic_layout,
+    static_fields,
+    static_fields_mismatch,
+)
 from benchmarks.suite import CellRun, Rounds, max_or_none, round_times, start_record
 
 MEASUREMENT = "generate"

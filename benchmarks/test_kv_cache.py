@@ -5,16 +5,17 @@ fields of the other measurements carry the exact byte counts into history). One 
 generation of N tokens gives the measured logical bytes of every K/V tensor of the cache after
 prefill (P positions) and after each decode step (P + i positions); `kv.analytic_kv` gives what
 the architecture's config says they must be. Every cell asserts equality at every point
-(DESIGN §4), and the fixed conv/recurrent state of hybrid models (`kv_state.analytic_state`)
+(DESIGN §4), and the fixed conv/recurrent state of hybrid models (`state.analytic_state`)
 against the final cache's measured state.
 """
 
 from __future__ import annotations
 
-from benchmarks.harness.kv import kv_bytes_per_token, measure_kv
-from benchmarks.harness.kv_state import state_fields, state_mismatch
+from benchmarks.harness.cache.kv import kv_bytes_per_token
+from benchmarks.harness.cache.measure import measure_kv
+from benchmarks.harness.cache.state import state_fields, state_mismatch
 from benchmarks.harness.records import KVCheck
-from benchmarks.harness.runmode_kv import analytic_layout, static_check
+from benchmarks.harness.runmode.kvlayout import analytic_layout, static_check
 from benchmarks.suite import CellRun
 
 

@@ -23,13 +23,18 @@ from typing import Any
 
 import torch
 
-from benchmarks.harness import compat
-from benchmarks.harness.devices import MemoryMonitor
-from benchmarks.harness.kv import kv_bytes_per_token, measure_kv
-from benchmarks.harness.kv_state import state_fields, state_mismatch
-from benchmarks.harness.peaks import Peaks
+from benchmarks.harness.cache.kv import kv_bytes_per_token
+from benchmarks.harness.cache.measure import measure_kv
+from benchmarks.harness.cache.state import state_fields, state_mismatch
+from benchmarks.harness.device.memory import MemoryMonitor
+from benchmarks.harness.model import compat
 from benchmarks.harness.records import median
-from benchmarks.harness.runmode_kv import analytic_layout, static_fields, static_fields_mismatch
+from benchmarks.harness.roofline.peaks import Peaks
+from benchmarks.harness.runmode.kvlayout import (
+    analytic_layout,
+    static_fields,
+    static_fields_mismatch,
+)
 from benchmarks.suite import (
     CellRun,
     Rounds,

@@ -1,12 +1,12 @@
 """`python -m reports.ab`: paired verdicts of an A/B run, `ab.json`, `index.html`, `summary.md`.
 
 Reads the two sides' pytest-benchmark JSON (`DIR/base.json`, `DIR/head.json`, written by
-`python -m benchmarks.harness.ab`) and `DIR/context.json` (who the sides were), and judges
+`python -m benchmarks.ab`) and `DIR/context.json` (who the sides were), and judges
 every benchmark both sides ran:
 
 - its **timing** (pytest-benchmark's round statistic: `prefill_s`, `decode_step_s`, `e2e_s`,
-  `time_s`) from the paired rounds (`reports.paired`: Yuen's trimmed mean of the per-pair
-  log-ratios), with the gate's rule (`reports.decision`: one-sided test against `1 +
+  `time_s`) from the paired rounds (`reports.analysis.paired`: Yuen's trimmed mean of the per-pair
+  log-ratios), with the gate's rule (`reports.analysis.decision`: one-sided test against `1 +
   threshold`, Holm over every timing of the run, the MDE at the corrected level);
 - its **exact** metrics (`kv_*_bytes`, `weights_bytes`): head against base, exactly (larger =
   `fail`, smaller = `improved`).
@@ -20,8 +20,8 @@ here; the history report keeps judging them across runs. A benchmark on one side
 `verdict`, `ratio` = head/base, `ci_low`, `ci_high`, `mde`, `threshold`, `pairs`, p-values,
 `base_value`, `head_value`, `log_ratios`, `note`). Exit 0 pass, 1 fail, 2 error.
 
-Deliberately not here: running the sides (benchmarks/harness/ab), the formulas (`paired`,
-`decision`), markup (`ab_render`). Nothing here imports torch.
+Deliberately not here: running the sides (benchmarks/ab), the formulas (`paired`,
+`decision`), markup (`render.ab`). Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -36,12 +36,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from reports.cli import parse_thresholds
-from reports.decision import RuleConfig, decide
+from reports.analysis.decision import RuleConfig, decide
+from reports.analysis.metrics import PRIMARY_BY_MEASUREMENT, is_exact_metric
+from reports.analysis.paired import MIN_PAIRS, PROCESS_CV, log_ratios, trimmed_estimate
+from reports.analysis.thresholds import parse_thresholds
 from reports.errors import ReportError
-from reports.metrics import PRIMARY_BY_MEASUREMENT, is_exact_metric
-from reports.paired import MIN_PAIRS, PROCESS_CV, log_ratios, trimmed_estimate
-from reports.runfile import BenchmarkResult, RunFile, load_files
+from reports.history.runfile import BenchmarkResult, RunFile, load_files
 
 SCHEMA = 1
 DEFAULT_THRESHOLD = 0.05
@@ -87,7 +87,7 @@ class ABEntry:
 
 
 def timing_metric(bench: BenchmarkResult) -> str:
-    """The name of the benchmark's round statistic (as `reports.metrics` names it)."""
+    """The name of the benchmark's round statistic (as `reports.analysis.metrics` names it)."""
     measurement = bench.extra.get("measurement")
     key = measurement if isinstance(measurement, str) else bench.group
     return PRIMARY_BY_MEASUREMENT.get(key, "time_s")
@@ -269,7 +269,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Judge, write ab.json, index.html and summary.md; exit 0 pass, 1 fail, 2 error."""
-    from reports.ab_render import render_html, render_summary  # noqa: PLC0415 - jinja2 only here
+    from reports.render.ab import render_html, render_summary  # noqa: PLC0415 - jinja2 only here
 
     args = _parser().parse_args(argv)
     out = Path(args.out)

@@ -6,9 +6,9 @@
   metric and a status line, and exits 0 (pass, or no-baseline: nothing was compared), 1 (a
   failure), 2 (bad input, no current run, an unreadable file that may be the current run, or
   no-baseline with `--require-baseline`).
-- `simulate --seed 1` prints the false-alarm and detection table (see `reports.simulate`).
+- `simulate --seed 1` prints the false-alarm and detection table (see `reports.analysis.simulate`).
 - `bench-scale --runs 1000 --benchmarks 100` times a render of a synthetic history.
-- `runmode FILE...` prints decode tok/s by attention x cache x compile (`reports.runmode`).
+- `runmode FILE...` prints decode tok/s by attention x cache x compile (`reports.render.runmode`).
 
 Shared options: `--base-branch`, `--merge-base SHA`, `--rerun`, `--require-baseline`,
 `--threshold` (repeatable: `5%`, `0.05`, `decode_step_s=3%`), `--alpha`, `--current FILE`,
@@ -21,53 +21,28 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
-from reports import runmode as runmode_tables
-from reports.analysis import AnalysisConfig
+from reports.analysis.series import AnalysisConfig
+from reports.analysis.thresholds import parse_thresholds
 from reports.errors import ReportError
-from reports.history import History, load_history, run_from_paths
-from reports.render import render_html, render_summary, verdict_json
-from reports.report import Report, build_report
-from reports.selection import (
+from reports.history.load import History, load_history, run_from_paths
+from reports.history.selection import (
     Selection,
     SelectOptions,
     files_that_could_be_current,
     select_comparisons,
 )
+from reports.render import runmode as runmode_tables
+from reports.render.html import render_html, render_summary, verdict_json
+from reports.render.report import Report, build_report
 
 EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
-
-
-def parse_fraction(text: str) -> float:
-    """'5%' or '0.05' -> 0.05; ReportError when not a non-negative number."""
-    raw = text.strip()
-    try:
-        value = float(raw[:-1]) / 100.0 if raw.endswith("%") else float(raw)
-    except ValueError:
-        raise ReportError(f"--threshold value {text!r} is not a number: write 5% or 0.05") from None
-    if not 0.0 <= value < 10.0:
-        raise ReportError(f"--threshold value {text!r} is out of range: use 0 <= threshold < 10")
-    return value
-
-
-def parse_thresholds(items: Sequence[str]) -> tuple[float | None, dict[str, float]]:
-    """`--threshold` items -> (default or None, per-metric thresholds)."""
-    default: float | None = None
-    per_metric: dict[str, float] = {}
-    for item in items:
-        if "=" in item:
-            metric, value = item.split("=", 1)
-            if not metric.strip():
-                raise ReportError(f"--threshold {item!r} names no metric: write decode_step_s=3%")
-            per_metric[metric.strip()] = parse_fraction(value)
-        else:
-            default = parse_fraction(item)
-    return default, per_metric
 
 
 def _config(args: argparse.Namespace) -> AnalysisConfig:
@@ -134,7 +109,6 @@ def _commit_time(sha: str) -> str | None:
     Only used when the merge-base itself has no run in the history: base-branch runs of commits
     not newer than it are then its baseline.
     """
-    import subprocess  # noqa: PLC0415 - only --merge-base needs it
 
     try:
         out = subprocess.run(
@@ -234,7 +208,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     """Print the simulation table."""
-    from reports.simulate import SimulationConfig, format_table, run_all  # noqa: PLC0415 - optional verb
+    from reports.analysis.simulate import SimulationConfig, format_table, run_all  # noqa: PLC0415 - optional verb
 
     sim = SimulationConfig(
         benchmarks=args.benchmarks,
@@ -244,15 +218,19 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         slowed=min(args.slowed, args.benchmarks),
         current_runs=args.current_runs,
     )
-    from reports.scenarios import format_scenarios, run_scenarios  # noqa: PLC0415 - optional verb
-
     config = _config(args)
     start = time.perf_counter()
     print(format_table(sim, run_all(sim, config=config), config))
     if args.scenario_trials > 0:
         print("\nIssue-13 scenarios (the real gate on synthetic history files):\n")
-        trials = args.scenario_trials
-        print(format_scenarios(run_scenarios(trials, args.seed), trials))
+        # In a child: the scenarios drive this CLI end to end, so importing them here would
+        # make a circle (cli -> scenarios -> cli).
+        scenarios = [sys.executable, "-m", "reports.scenarios", "--seed", str(args.seed)]
+        scenarios += ["--trials", str(args.scenario_trials)]
+        done = subprocess.run(scenarios, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise ReportError(f"the scenarios failed: {done.stderr.strip()[-300:]}")
+        print(done.stdout, end="")
     print(f"\n({time.perf_counter() - start:.1f} s)")
     return EXIT_OK
 
@@ -261,7 +239,7 @@ def cmd_bench_scale(args: argparse.Namespace) -> int:
     """Generate a synthetic history, then time load + judge + render of it."""
     import tempfile  # noqa: PLC0415 - only this verb needs it
 
-    from reports.scale import write_synthetic_history  # noqa: PLC0415 - optional verb
+    from reports.history.scale import write_synthetic_history  # noqa: PLC0415 - optional verb
 
     with tempfile.TemporaryDirectory() as tmp:
         hist = Path(tmp) / "history"

@@ -12,8 +12,8 @@ Noise: every round is `level * exp(e_run + u_run_bench + round noise)` with a su
 effect of CV `SUITE_RUN_CV`, a per-benchmark run effect of CV `RUN_CV` and round noise of CV
 `ROUND_CV` (about 1 % in all, as in the issue). Deterministic for a given seed.
 
-Deliberately not here: the statistics (`reports.analysis`), the generic A/A and slowdown grid
-(`reports.simulate`).
+Deliberately not here: the statistics (`reports.analysis.series`), the generic A/A and slowdown grid
+(`reports.analysis.simulate`).
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
+
+from reports.cli import main as reports_cli
 
 ROUND_CV, RUN_CV, SUITE_RUN_CV = 0.01, 0.008, 0.005
 ROUNDS, BASELINE_RUNS = 5, 20
@@ -172,8 +174,6 @@ class GateResult:
 
 def run_gate(specs: Sequence[RunSpec], seed: int) -> GateResult:
     """Write `specs` as history files and run the real gate on them."""
-    from reports.cli import main  # noqa: PLC0415 - the scenarios drive the CLI, not the internals
-
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "Linux-CPython-3.11-64bit"
@@ -185,7 +185,7 @@ def run_gate(specs: Sequence[RunSpec], seed: int) -> GateResult:
         out = Path(tmp) / "gate.json"
         buffer = io.StringIO()
         with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(io.StringIO()):
-            code = main(["gate", "--history", str(folder), "--json", str(out)])
+            code = reports_cli(["gate", "--history", str(folder), "--json", str(out)])
         doc = json.loads(out.read_text(encoding="utf-8")) if out.exists() else {}
     verdicts = {(b["fullname"], b["metric"]): b["verdict"] for b in doc.get("benchmarks", [])}
     return GateResult(code, str(doc.get("status", "?")), buffer.getvalue(), verdicts)

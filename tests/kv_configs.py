@@ -17,8 +17,8 @@ import transformers
 from packaging.version import Version
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-from benchmarks.harness import compat
-from benchmarks.harness.kv import KVMeasurement, measure_kv
+from benchmarks.harness.cache.measure import KVMeasurement, measure_kv
+from benchmarks.harness.model import compat
 
 TRANSFORMERS_VERSION = Version(transformers.__version__)
 DYNAMIC_CACHE_BY_DEFAULT_SINCE = Version("4.56.0")

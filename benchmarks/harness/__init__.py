@@ -1,5 +1,12 @@
-"""phasebench's measurement library: devices, models, the prefill/decode engine, KV accounting.
+"""phasebench's measurement library: devices, models, caches, the prefill/decode engine.
 
-It imports torch and transformers, never pytest and never `reports` (DESIGN §1): the benchmark
-suite in `benchmarks/test_*.py` drives it, and `python -m benchmarks.harness` exposes its CLI.
+Owns, by package, lowest first (each imports only the ones before it, docs/architecture.md):
+`errors`, `records` (the JSON edge) · `device` (devices, sync, timers, machine state) · `model`
+(building models, transformers compatibility) · `cache` (KV and state accounting) · `roofline`
+and `matrix` · `engine` (the owned prefill/decode loop) · `overhead`, `profiling`, `runmode`
+(attention/cache/compile per cell) · `plan`, `modelcache` · `cli` (`python -m
+benchmarks.harness`). It never imports pytest, `reports`, the A/B runner or the calibration
+(DESIGN §1): the benchmark suite in `benchmarks/test_*.py` drives it.
+
+May import: torch, transformers.
 """

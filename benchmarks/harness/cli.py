@@ -41,20 +41,21 @@ from typing import Any, NoReturn
 import torch
 import transformers
 
-from benchmarks.harness import compat
-from benchmarks.harness.devices import DTYPES, resolve_device
+from benchmarks.harness.cache.kv import analytic_kv, kv_bytes_per_token
+from benchmarks.harness.cache.measure import measure_kv
+from benchmarks.harness.cache.state import StateLayout, analytic_state
+from benchmarks.harness.device.devices import DTYPES, resolve_device
 from benchmarks.harness.engine import Engine, make_prompt
 from benchmarks.harness.errors import KVError, PhasebenchError
-from benchmarks.harness.kv import analytic_kv, kv_bytes_per_token, measure_kv
-from benchmarks.harness.kv_state import StateLayout, analytic_state
-from benchmarks.harness.models import (
+from benchmarks.harness.model import compat
+from benchmarks.harness.model.models import (
     ModelSpec,
     build_model,
     build_model_reference,
     load_model_spec,
     parameter_count,
 )
-from benchmarks.harness.runmode_kv import run_static_cli
+from benchmarks.harness.runmode.kvlayout import run_static_cli
 
 EXIT_OK = 0
 EXIT_MISMATCH = 1

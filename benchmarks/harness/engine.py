@@ -36,10 +36,11 @@ from typing import Any
 
 import torch
 
-from benchmarks.harness import compat
-from benchmarks.harness.devices import CpuMeter, MemoryMonitor, MemorySample, timed
+from benchmarks.harness.cache.measure import measure_kv
+from benchmarks.harness.device.devices import timed
+from benchmarks.harness.device.memory import CpuMeter, MemoryMonitor, MemorySample
 from benchmarks.harness.errors import EngineError
-from benchmarks.harness.kv import measure_kv
+from benchmarks.harness.model import compat
 
 PHASES = ("before_prefill", "after_prefill", "after_decode")
 

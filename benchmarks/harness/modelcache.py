@@ -21,12 +21,12 @@ from typing import Any
 
 import torch
 
-from benchmarks.harness.devices import parse_dtype, resolve_device
+from benchmarks.harness.device.devices import parse_dtype, resolve_device
 from benchmarks.harness.engine import Engine
 from benchmarks.harness.errors import PhasebenchError
-from benchmarks.harness.matrix import Cell
-from benchmarks.harness.models import MODELS_DIR, ModelSpec, load_model_spec
-from benchmarks.harness.runmode import build_cell_model
+from benchmarks.harness.matrix.cells import Cell
+from benchmarks.harness.model.models import MODELS_DIR, ModelSpec, load_model_spec
+from benchmarks.harness.runmode.decide import build_cell_model
 
 
 class BuildFailedError(PhasebenchError):

@@ -40,10 +40,10 @@ from typing import Any
 
 import torch
 
-from benchmarks.harness import compat
-from benchmarks.harness.devices import timed
+from benchmarks.harness.device.devices import timed
 from benchmarks.harness.engine import Engine
 from benchmarks.harness.errors import EngineError
+from benchmarks.harness.model import compat
 
 
 @dataclass(frozen=True)

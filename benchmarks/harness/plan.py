@@ -7,7 +7,7 @@
 * `build_order(cells)`: a rank per cell id such that sorting by it keeps the matrix's order but
   puts all cells of one (model, device, dtype) together, so each model is built once per run.
 
-It deliberately does not load the matrix (`matrix.py`), build models, or know pytest.
+It deliberately does not load the matrix (`matrix/parse.py`), build models, or know pytest.
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ import functools
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks.harness.devices import (
+from benchmarks.harness.device.devices import (
     device_unavailable_reason,
     dtype_unsupported_reason,
     parse_dtype,
 )
-from benchmarks.harness.matrix import Cell
-from benchmarks.harness.models import MODELS_DIR, load_model_spec
-from benchmarks.harness.runmode import skip_reason as run_mode_skip_reason
+from benchmarks.harness.matrix.cells import Cell
+from benchmarks.harness.model.models import MODELS_DIR, load_model_spec
+from benchmarks.harness.runmode.decide import skip_reason as run_mode_skip_reason
 
 
 def skip_reason(cell: Cell, models_dir: Path | None = None) -> str | None:

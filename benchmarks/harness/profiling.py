@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from benchmarks.harness.devices import device_sync
+from benchmarks.harness.device.devices import device_sync
 from benchmarks.harness.engine import Engine
 from benchmarks.harness.errors import EngineError
 

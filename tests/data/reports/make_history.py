@@ -159,7 +159,8 @@ def _benchmark(rng: random.Random, spec: RunSpec, measurement: str, cell: Cell) 
             "rss": "process RSS",
         },
     }
-    # roofline fields as benchmarks/harness/roofline.py records them: every key, the phase not
+    # roofline fields as benchmarks/harness/roofline/roofline.py records them: every key, the phase
+    # not
     # timed null, the counts behind the rates (prefill bytes: weights + KV written for P
     # positions; decode bytes: weights + KV read + one position written)
     roofline: dict[str, Any] = {

@@ -1,0 +1,8 @@
+"""KV-cache and recurrent-state accounting: analytic bytes from the config, measured from caches.
+
+Owns `kv` (per-layer KV rules: GQA/MQA, sliding windows, MLA; `analytic_kv`, `measure_kv`),
+`state` (the fixed conv/recurrent state of hybrid and SSM models) and `static` (the allocated
+and used bytes of transformers' `StaticCache`).
+
+May import: benchmarks.harness.errors, torch, transformers, packaging.
+"""

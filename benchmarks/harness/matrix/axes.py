@@ -1,0 +1,47 @@
+"""The run-mode axes of a matrix (DESIGN §9): their names, allowed values and validation.
+
+`attention` (the `attn_implementation` a model is built with), `cache` (transformers'
+`DynamicCache` or `StaticCache`) and `compile` (`torch.compile` mode of the model's forward, or
+`none`). A matrix names any of them optionally; `matrix/parse.py` expands them into cells. Whether
+*this machine* can run a value (flash-attn installed, CUDA present, the model type supports it)
+is decided at collection by `runmode.skip_reason`.
+
+It deliberately imports neither torch nor transformers: a broken matrix fails in milliseconds.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from benchmarks.harness.errors import MatrixError
+
+RUN_MODE_VALUES: dict[str, tuple[str, ...]] = {
+    "attention": ("sdpa", "eager", "flex_attention", "flash_attention_2"),
+    "cache": ("dynamic", "static"),
+    "compile": ("none", "default", "reduce-overhead", "max-autotune"),
+}
+RUN_MODE_AXES = tuple(RUN_MODE_VALUES)
+
+
+def run_mode_axis(raw: Any, axis: str, where: str) -> list[str]:
+    """Validate one run-mode axis (a value or a list of values); MatrixError names the fix."""
+    allowed = RUN_MODE_VALUES[axis]
+    values = raw if isinstance(raw, list) else [raw]
+    if not values:
+        raise MatrixError(f"{where}: the axis is empty; list at least one of {', '.join(allowed)}")
+    checked: list[str] = []
+    for index, value in enumerate(values):
+        if not isinstance(value, str) or value not in allowed:
+            close = difflib.get_close_matches(str(value), allowed, n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise MatrixError(
+                f"{where}[{index}]: unknown {axis} {value!r}{hint}; use one of {', '.join(allowed)}"
+            )
+        if value in checked:
+            raise MatrixError(
+                f"{where}[{index}]: {value!r} is listed twice, which would make duplicate cell "
+                "ids; remove one"
+            )
+        checked.append(value)
+    return checked

@@ -1,0 +1,190 @@
+"""A matrix and its cells (DESIGN §2): `Cell` (one benchmark configuration, its id) and `Matrix`.
+
+A matrix states its whole product explicitly: one list per axis (`models`, `devices`,
+`dtypes`, `batch`, `prompt_len`, `new_tokens`), the settings `warmup`, `rounds` and `seed`,
+an optional `exclude:` list of partial cells removed from the product, and an optional
+`include:` list of whole extra cells. Every mistake a user can make in that file raises a
+`MatrixError` whose one sentence names the file, the field and the fix.
+
+The cell id (`qwen2.5-0.5b-cpu-bfloat16-b1-p512-n32`) is the history's primary key and is built
+in `Cell.id` and nowhere else.
+
+How the model runs (DESIGN §9) adds three optional axes, `attention`, `cache` and `compile`
+(values in `RUN_MODE_VALUES`), and the optional setting `max_cache_len` (static caches only;
+default P + N - 1). An axis joins the cell id (`-attn_sdpa-cache_static-compile_default`) and the
+flat `params` only when the matrix names it, so files without these axes keep their history keys.
+An `include:` entry may give lists for any axis: it adds the product of its lists.
+
+This module deliberately does not import torch or transformers (a broken matrix must fail in
+a fraction of a second), and does not decide whether *this machine* can run a cell: that is
+`benchmarks.harness.plan`, which the suite calls at collection time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from benchmarks.harness.errors import MatrixError
+from benchmarks.harness.matrix.axes import RUN_MODE_AXES
+from benchmarks.harness.matrix.fields import (
+    AXES,
+)
+
+SCHEMA = 1
+
+CELL_AXES = tuple(AXES.values())
+INT_AXES = ("batch", "prompt_len", "new_tokens")
+# How each run-mode axis appears in the cell id: `-attn_eager`, `-cache_static`, `-compile_none`.
+_ID_PREFIX = {"attention": "attn", "cache": "cache", "compile": "compile"}
+# Settings apply to every cell; an `include:` entry may override them for itself.
+DEFAULT_SETTINGS: dict[str, int] = {"warmup": 1, "rounds": 5, "seed": 0}
+SETTING_MINIMUM: dict[str, int] = {"warmup": 0, "rounds": 1, "seed": 0}
+# The timed benchmark modules a matrix may run (each module's MEASUREMENT); `measurements:` is
+# optional and defaults to all of them. A module left out is skipped with that reason. The KV
+# assertion (test_kv_cache) is not among them: it runs on every cell (DESIGN §4).
+MEASUREMENTS = ("prefill", "decode", "generate", "overhead")
+TOP_LEVEL_KEYS = (
+    "schema",
+    "description",
+    *AXES,
+    *RUN_MODE_AXES,
+    *DEFAULT_SETTINGS,
+    "max_cache_len",
+    "measurements",
+    "exclude",
+    "include",
+)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One point of the matrix: what to run (the axes) and how often (the settings)."""
+
+    model: str
+    device: str
+    dtype: str
+    batch: int
+    prompt_len: int
+    new_tokens: int
+    warmup: int
+    rounds: int
+    seed: int
+    # Run-mode axes (DESIGN §9): None where the matrix does not name the axis.
+    attention: str | None = None
+    cache: str | None = None
+    compile: str | None = None
+    # Positions a static cache allocates; None: P + N - 1 (only static cells carry it).
+    max_cache_len: int | None = None
+
+    @property
+    def id(self) -> str:
+        """The stable history key, e.g. `qwen2.5-0.5b-cpu-bfloat16-b1-p512-n32`.
+
+        Run-mode axes append `-attn_<v>`, `-cache_<v>` (with `-len<L>` for an explicit
+        `max_cache_len`) and `-compile_<v>`, each only when the cell has that axis.
+        """
+        base = (
+            f"{self.model}-{self.device}-{self.dtype}"
+            f"-b{self.batch}-p{self.prompt_len}-n{self.new_tokens}"
+        )
+        parts = [base]
+        for axis in RUN_MODE_AXES:
+            value = getattr(self, axis)
+            if value is not None:
+                parts.append(f"{_ID_PREFIX[axis]}_{value}")
+            if axis == "cache" and self.max_cache_len is not None:
+                parts.append(f"len{self.max_cache_len}")
+        return "-".join(parts)
+
+    @property
+    def build_key(self) -> tuple[str, ...]:
+        """Cells sharing this key share one built model: (model, device, dtype) and, where
+        present, the attention kernel, cache and compile mode (each changes the built model
+        or its wrapper, so each run mode gets its own build)."""
+        run_mode = tuple(
+            f"{axis}={getattr(self, axis)}"
+            for axis in RUN_MODE_AXES
+            if getattr(self, axis) is not None
+        )
+        return (self.model, self.device, self.dtype, *run_mode)
+
+    @property
+    def final_positions(self) -> int:
+        """Positions in the cache after N new tokens: P + N - 1 (the last token is not fed)."""
+        return self.prompt_len + self.new_tokens - 1
+
+    @property
+    def cache_positions(self) -> int | None:
+        """Positions a static cache of this cell allocates (None: not a static cell).
+
+        `max_cache_len` where the matrix sets it, else P + N - 1 (the final cache), and at
+        least P + 1 so the decode measurement's one step at context P fits when N = 1.
+        """
+        if self.cache != "static":
+            return None
+        if self.max_cache_len is not None:
+            return self.max_cache_len
+        return max(self.final_positions, self.prompt_len + 1)
+
+    def axes(self) -> dict[str, str | int]:
+        """The cell's axes as a flat plain dict: pytest-benchmark's `params` in history.
+
+        Run-mode axes (and `max_cache_len`) appear only when the cell has them.
+        """
+        flat: dict[str, str | int] = {name: getattr(self, name) for name in CELL_AXES}
+        for name in (*RUN_MODE_AXES, "max_cache_len"):
+            value = getattr(self, name)
+            if value is not None:
+                flat[name] = value
+        return flat
+
+    def to_params(self) -> dict[str, str | int | None]:
+        """Axes and settings as a plain dict (pytest parametrizes with this, never the object)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> Cell:
+        """Rebuild a cell from `to_params()` output; a missing or extra key is a bug here.
+
+        The optional run-mode fields may be absent (they default to None).
+        """
+        names = [f.name for f in fields(cls)]
+        required = [name for name in names if name not in _OPTIONAL_FIELDS]
+        if not set(required) <= set(params) or not set(params) <= set(names):
+            raise MatrixError(
+                f"cell parameters {sorted(params)} do not match the cell fields {names}; "
+                "build them with Cell.to_params()"
+            )
+        return cls(**{name: params[name] for name in names if name in params})
+
+
+_OPTIONAL_FIELDS = (*RUN_MODE_AXES, "max_cache_len")
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """A validated matrix file and its expanded cells, in file order (product, then include)."""
+
+    path: Path
+    cells: tuple[Cell, ...]
+    warmup: int
+    rounds: int
+    seed: int
+    excluded: int
+    description: str = ""
+    measurements: tuple[str, ...] = MEASUREMENTS
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        """Every cell id, in the order of `cells`."""
+        return tuple(cell.id for cell in self.cells)
+
+    def cell(self, cell_id: str) -> Cell:
+        """The cell with this id; KeyError names the id when there is none."""
+        for cell in self.cells:
+            if cell.id == cell_id:
+                return cell
+        raise KeyError(cell_id)

@@ -1,0 +1,10 @@
+"""How a cell's model runs: attention kernel, cache implementation, torch.compile (DESIGN §9).
+
+Owns `decide` (what this machine can run, building a cell's model, the engine's start cache),
+`compiled` (torch.compile as a measurement: compile cost, graph breaks, recompilations) and
+`kvlayout` (the KV layout a cell's cache implementation holds, checked against measurement).
+
+May import: benchmarks.harness.errors, benchmarks.harness.device, benchmarks.harness.model,
+benchmarks.harness.cache, benchmarks.harness.matrix, benchmarks.harness.engine, torch,
+transformers, packaging.
+"""

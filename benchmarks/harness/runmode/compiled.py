@@ -1,0 +1,205 @@
+"""torch.compile as a measurement (DESIGN §9): compile cost, graph breaks, recompilations.
+
+* `compile_model(model, mode)`: `model.compile(mode=...)` (`nn.Module.compile`: every
+  `model(...)` call, prefill and decode, goes through one `torch.compile` wrapper); `none`
+  leaves the model eager.
+* `first_calls(engine, prompt, new_tokens, mode)`: for a compiled cell, `torch._dynamo.reset()`
+  (so every cell pays its own compilation, whatever ran before), then times the first prefill
+  and the first decode step, synchronized: `compile_s` is their sum, compilation plus one
+  execution each, the cost a user pays on first use (`compile_fx_cache_hits` says whether
+  inductor's on-disk cache made it a warm-cache figure). One untimed generation of N tokens
+  follows, so every shape the cell's measurements use is compiled before any timed round
+  (with a dynamic cache the context length grows, and dynamo recompiles once for a dynamic
+  length). The counters of that phase are recorded.
+* `TimedWindow`: around the timed rounds. It reads `torch._dynamo.utils.counters` before and
+  after (frames compiled, graph breaks) and sets `torch._dynamo.config.error_on_recompile`, so
+  a recompilation inside the timed rounds stops the cell with dynamo's guard-failure reason
+  (`CompiledInTimedRoundsError`); a first compilation of a frame there fails the cell too.
+
+It deliberately does not pick shapes to mark dynamic, tune dynamo's cache limits, or compile
+anything but the model's call.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import torch
+import torch._dynamo
+from torch._dynamo.utils import counters
+
+from benchmarks.harness.device.devices import device_sync
+from benchmarks.harness.errors import PhasebenchError
+
+
+class CompiledInTimedRoundsError(PhasebenchError, AssertionError):
+    """torch.compile compiled or recompiled during timed rounds: they timed compilation."""
+
+
+def is_compiled(mode: str | None) -> bool:
+    """Whether a cell's `compile` value means torch.compile is on."""
+    return mode not in (None, "none")
+
+
+def compile_model(model: Any, mode: str | None, backend: str = "inductor") -> None:
+    """Wrap every call of `model` in torch.compile (`mode` from the matrix; `none`: eager).
+
+    `backend` is for tests only (the `eager` backend traces without generating code).
+    """
+    if not is_compiled(mode):
+        return
+    model.compile(backend=backend, mode=None if mode == "default" else mode)
+
+
+@dataclass(frozen=True)
+class DynamoCounts:
+    """A snapshot of torch._dynamo's counters: frames compiled, graphs, graph breaks."""
+
+    frames: int
+    graphs: int
+    graph_breaks: int
+    # Inductor's on-disk FX graph cache: a hit reuses code compiled by an earlier process, so
+    # compile_s with hits is a warm-cache figure, not the cold cost.
+    fx_cache_hits: int = 0
+    fx_cache_misses: int = 0
+
+    @classmethod
+    def now(cls) -> DynamoCounts:
+        """Read the process-wide counters now."""
+        return cls(
+            frames=int(counters["frames"]["total"]),
+            graphs=int(counters["stats"]["unique_graphs"]),
+            graph_breaks=int(sum(counters["graph_break"].values())),
+            fx_cache_hits=int(counters["inductor"]["fxgraph_cache_hit"]),
+            fx_cache_misses=int(counters["inductor"]["fxgraph_cache_miss"]),
+        )
+
+    def since(self, earlier: DynamoCounts) -> DynamoCounts:
+        """What was added after `earlier`."""
+        return DynamoCounts(
+            frames=self.frames - earlier.frames,
+            graphs=self.graphs - earlier.graphs,
+            graph_breaks=self.graph_breaks - earlier.graph_breaks,
+            fx_cache_hits=self.fx_cache_hits - earlier.fx_cache_hits,
+            fx_cache_misses=self.fx_cache_misses - earlier.fx_cache_misses,
+        )
+
+
+def _timed_call(device: torch.device, call: Callable[[], Any]) -> tuple[float, Any]:
+    device_sync(device)
+    start_s = time.perf_counter()
+    result = call()
+    device_sync(device)
+    return time.perf_counter() - start_s, result
+
+
+def first_calls(
+    engine: Any,
+    prompt: torch.Tensor,
+    new_tokens: int,
+    mode: str | None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Compile cost of a compiled cell (extra_info fields); `{}` for an eager cell.
+
+    Resets dynamo, times the first prefill and first decode step, then runs one untimed
+    generation of `new_tokens` so that the timed rounds meet only compiled shapes. `progress`
+    gets a line before and after (compiling a real model takes minutes on a CPU).
+    """
+    if not is_compiled(mode):
+        return {}
+    say = progress or (lambda _line: None)
+    say(f"torch.compile {mode}: compiling (first prefill, first decode step, one generation) ...")
+    torch._dynamo.reset()
+    start = DynamoCounts.now()
+    device = engine.device
+    prefill_s, prefill = _timed_call(device, lambda: engine.prefill(prompt))
+    decode_s, _ = _timed_call(device, lambda: engine.decode_step(prefill.next_token, prefill.cache))
+    first = DynamoCounts.now().since(start)
+    warm_s, _ = _timed_call(device, lambda: engine.generate(prompt, new_tokens))
+    warmed = DynamoCounts.now().since(start)
+    say(
+        f"torch.compile {mode}: compile_s {prefill_s + decode_s:.1f} s (first prefill + decode "
+        f"step; inductor cache {first.fx_cache_hits} hit(s), {first.fx_cache_misses} miss(es)), "
+        f"{warmed.frames} frame(s), {warmed.graph_breaks} graph break(s)"
+    )
+    return {
+        "compile_mode": mode,
+        "compile_s": prefill_s + decode_s,
+        "compile_prefill_first_call_s": prefill_s,
+        "compile_decode_first_call_s": decode_s,
+        "compile_first_calls_frames": first.frames,
+        "compile_graphs": warmed.graphs,
+        "compile_graph_breaks": warmed.graph_breaks,
+        "compile_warmup_frames": warmed.frames - first.frames,
+        "compile_fx_cache_hits": first.fx_cache_hits,
+        "compile_fx_cache_misses": first.fx_cache_misses,
+        "compile_warmup_generation_s": warm_s,
+        "compile_warmup": (
+            "dynamo reset, first prefill + first decode step timed (compile_s), then one untimed "
+            "generation of N tokens compiled every shape before the matrix warmup and the timed "
+            "rounds"
+        ),
+    }
+
+
+class TimedWindow:
+    """Counts dynamo's work during the timed rounds; any compilation there fails the cell.
+
+    `with TimedWindow(cell_id, mode) as window: benchmark.pedantic(...)`, then
+    `info.update(window.extra_info())` and `window.check()`. For an eager cell it does nothing.
+    """
+
+    def __init__(self, cell_id: str, mode: str | None) -> None:
+        self._cell_id = cell_id
+        self._active = is_compiled(mode)
+        self._start: DynamoCounts | None = None
+        self._added: DynamoCounts | None = None
+        self._patch: Any = None
+
+    def __enter__(self) -> TimedWindow:
+        if self._active:
+            self._patch = torch._dynamo.config.patch(error_on_recompile=True)
+            self._patch.__enter__()
+            self._start = DynamoCounts.now()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        if not self._active or self._start is None:
+            return
+        self._added = DynamoCounts.now().since(self._start)
+        self._patch.__exit__(None, None, None)
+        if isinstance(error, torch._dynamo.exc.RecompileError):
+            first_line = str(error).strip()
+            raise CompiledInTimedRoundsError(
+                f"{self._cell_id}: torch.compile recompiled during the timed rounds, so they "
+                f"would time compilation ({first_line}); warm the shapes the timed rounds use "
+                "or fix the guard that failed"
+            ) from error
+
+    def extra_info(self) -> dict[str, Any]:
+        """`compile_timed_frames` and `compile_timed_graph_breaks` (nothing for eager cells)."""
+        if self._added is None:
+            return {}
+        return {
+            "compile_timed_frames": self._added.frames,
+            "compile_timed_graph_breaks": self._added.graph_breaks,
+        }
+
+    def check(self) -> None:
+        """Raise `CompiledInTimedRoundsError` if any frame was compiled in the timed rounds."""
+        if self._added is not None and self._added.frames:
+            raise CompiledInTimedRoundsError(
+                f"{self._cell_id}: torch.compile compiled {self._added.frames} frame(s) during "
+                "the timed rounds, so they timed compilation; the warmup must reach every "
+                "function and shape the rounds call"
+            )

@@ -1,0 +1,168 @@
+"""How a cell's model runs (DESIGN §9): what this machine can run, and building for a cell.
+
+* `skip_reason(cell)`: why the cell's attention kernel, cache or compile mode cannot run here
+  (None when it can), decided at collection from the model's config and class, the device and
+  the dtype: flash-attn not installed, a kernel the device or dtype lacks, a model type that does
+  not support the kernel or a static cache, `reduce-overhead` (CUDA graphs) without CUDA or
+  without a static cache, torch.compile on a CPU without a C++ compiler.
+* `build_cell_model(spec, cell, device, dtype)`: the model built with the cell's
+  `attn_implementation`, wrapped by `torch.compile` in the cell's mode (`compiled`).
+* `configure_engine(engine, cell)`: the engine's start cache for this cell (a `StaticCache` of
+  `cell.cache_positions` positions, or the model's own dynamic cache).
+* `measurement_skip_reason(cell, measurement)`: the harness-overhead module compares with HF
+  `generate`, which picks its own cache and compile, so run-mode cells skip it.
+
+It deliberately does not time anything (`compiled` measures compile cost) and does not
+count KV bytes (`static`).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+import transformers
+from packaging.version import Version
+
+from benchmarks.harness.cache import static as kv_static
+from benchmarks.harness.matrix.cells import Cell
+from benchmarks.harness.model.models import MODELS_DIR, ModelSpec, build_model, load_model_spec
+from benchmarks.harness.runmode.compiled import compile_model
+
+_TORCH_VERSION = Version(torch.__version__.split("+")[0])
+FLEX_ATTENTION_SINCE = Version("2.5.0")
+_HALF = ("float16", "bfloat16")
+# The class flag transformers checks before it builds each kernel (4.46 / 5.x spellings).
+_KERNEL_FLAGS = {
+    "sdpa": ("_supports_sdpa",),
+    "flex_attention": ("_supports_flex_attn",),
+    "flash_attention_2": ("_supports_flash_attn", "_supports_flash_attn_2"),
+}
+
+
+@functools.cache
+def _model_facts(model: str, models_dir: Path) -> tuple[Any, type | None]:
+    """(config, causal-LM class) of a model file, read once per run (offline)."""
+    config = load_model_spec(model, models_dir).hf_config()
+    return config, causal_lm_class(config)
+
+
+def causal_lm_class(config: Any) -> type | None:
+    """The `AutoModelForCausalLM` class of `config` (None: it has none), without building it."""
+    auto: Any = transformers.AutoModelForCausalLM
+    try:
+        model_class: type = auto._model_mapping[type(config)]
+    except KeyError:
+        return None
+    return model_class
+
+
+def skip_reason(cell: Cell, models_dir: Path | None = None) -> str | None:
+    """Why this machine cannot run the cell's run mode (a one-line reason), or None."""
+    if cell.attention is None and cell.cache is None and cell.compile is None:
+        return None
+    config, model_class = _model_facts(cell.model, MODELS_DIR if models_dir is None else models_dir)
+    device_type = cell.device.split(":")[0]
+    return (
+        attention_reason(cell.attention, device_type, cell.dtype, model_class)
+        or cache_reason(cell.cache, config, model_class)
+        or compile_reason(cell.compile, device_type, cell.cache)
+    )
+
+
+def attention_reason(
+    attention: str | None, device_type: str, dtype: str, model_class: type | None
+) -> str | None:
+    """Why `attn_implementation=attention` cannot run here, or None."""
+    if attention is None or attention == "eager":
+        return None
+    reason = _kernel_reason(attention, device_type, dtype)
+    if reason is not None:
+        return reason
+    name = "?" if model_class is None else model_class.__name__
+    flags = _KERNEL_FLAGS[attention]
+    if model_class is None or not any(getattr(model_class, flag, False) for flag in flags):
+        return (
+            f"{name} does not support attn_implementation={attention!r} in transformers "
+            f"{transformers.__version__} (`{flags[0]}` is not set)"
+        )
+    return None
+
+
+def _kernel_reason(attention: str, device_type: str, dtype: str) -> str | None:
+    """What the kernel itself needs (package, device, dtype, torch), whatever the model."""
+    if attention == "flash_attention_2":
+        if importlib.util.find_spec("flash_attn") is None:
+            return "flash_attention_2: flash-attn is not installed (pip install flash-attn)"
+        if device_type != "cuda":
+            return f"flash_attention_2 runs on CUDA only, not on {device_type}"
+        if dtype not in _HALF:
+            return f"flash_attention_2 runs float16/bfloat16 only, not {dtype}"
+    if attention == "flex_attention":
+        if _TORCH_VERSION < FLEX_ATTENTION_SINCE:
+            return (
+                f"flex_attention needs torch >= {FLEX_ATTENTION_SINCE} (have {torch.__version__})"
+            )
+        if device_type == "mps":
+            return "flex_attention on MPS is not verified by phasebench"
+    return None
+
+
+def cache_reason(cache: str | None, config: Any, model_class: type | None) -> str | None:
+    """Why the cell's cache implementation cannot be modelled exactly here, or None."""
+    if cache != "static":
+        return None
+    reason = kv_static.unsupported_reason(config, model_class)
+    return None if reason is None else f"static cache: {reason}"
+
+
+def compile_reason(compile_mode: str | None, device_type: str, cache: str | None) -> str | None:
+    """Why torch.compile in `compile_mode` cannot run on this device type, or None."""
+    if compile_mode is None or compile_mode == "none":
+        return None
+    if compile_mode == "reduce-overhead":
+        if device_type != "cuda":
+            return f"compile reduce-overhead uses CUDA graphs: it needs CUDA, not {device_type}"
+        if cache != "static":
+            return "compile reduce-overhead (CUDA graphs) needs a static cache; add `cache: static`"
+    if device_type == "cpu" and not any(shutil.which(cxx) for cxx in ("g++", "c++", "clang++")):
+        return "torch.compile on CPU needs a C++ compiler (no g++, c++ or clang++ on PATH)"
+    if device_type == "mps" and compile_mode == "max-autotune":
+        return "compile max-autotune tunes Triton/C++ GEMM kernels; MPS has neither"
+    return None
+
+
+def measurement_skip_reason(cell: Cell, measurement: str | None) -> str | None:
+    """Why a measurement module skips this cell's run mode, or None."""
+    runs_differently = cell.cache == "static" or cell.compile not in (None, "none")
+    if measurement == "overhead" and runs_differently:
+        return (
+            "the overhead comparison runs HF generate, which picks its own cache and compile; "
+            "it is measured on cells without a static cache or torch.compile"
+        )
+    return None
+
+
+def build_cell_model(spec: ModelSpec, cell: Cell, device: torch.device, dtype: torch.dtype) -> Any:
+    """The model of `spec` built with the cell's attention kernel and compile mode."""
+    model = build_model(spec, device, dtype, seed=cell.seed, attention=cell.attention)
+    compile_model(model, cell.compile)
+    return model
+
+
+def configure_engine(engine: Any, cell: Cell) -> None:
+    """Point the engine's prefill at this cell's start cache (None: the model's own)."""
+    positions = cell.cache_positions
+    if positions is None:
+        engine.start_cache = None
+        return
+    model = engine.model
+
+    def static_cache(batch: int) -> Any:
+        return kv_static.make_static_cache(model, batch=batch, max_cache_len=positions)
+
+    engine.start_cache = static_cache

@@ -1,0 +1,235 @@
+"""The decision rule shared by the gate and the A/B command: test against the threshold.
+
+Pure functions on plain numbers; the docstrings are the specification and
+`tests/reports/analysis/test_decision.py` checks them by simulation over many seeds.
+
+Orientation. Every function takes `log_ratio`, the natural log of current / baseline turned so
+that **positive = worse**: for a lower-is-better metric (seconds, bytes) it is
+`log(current / baseline)`; for a higher-is-better metric (tokens/s) the sign is flipped
+(`worse_log_ratio` does this). `se` is the standard error of `log_ratio`, `df` the degrees of
+freedom of its Student-t reference distribution (`math.inf` = normal), `threshold` the practical
+threshold as a fraction (0.05 = 5 %): "worse" means a worse-ratio above `1 + threshold`.
+
+The rule, per metric:
+
+- `fail`: H0 "true worse-ratio <= 1 + threshold" is rejected one-sided at the suite-corrected
+  level: the Holm-adjusted fail-side p-value is <= alpha. A true slowdown of exactly the
+  threshold is flagged with probability <= alpha / m (m = the size of the family); a slowdown
+  below the threshold even less often. This is a test *against the threshold*, not a test of
+  "ratio != 1" followed by a look at the point estimate.
+- `improved`: the mirror: H0 "true worse-ratio >= 1 / (1 + threshold)" rejected with the
+  Holm-adjusted improved-side p-value <= alpha (its own Holm family).
+- `pass`: neither, and the two-sided `ci_level` interval of the worse-ratio lies entirely below
+  `1 + threshold` (the data rule out a slowdown beyond the threshold).
+- `inconclusive`: neither, and the interval reaches `1 + threshold` or beyond (it straddles the
+  threshold, or it lies above it without enough evidence after the correction).
+
+Suite-level control: Holm's step-down over the fail-side p-values of every metric in the suite
+bounds the probability that the suite gets *any* false `fail` by alpha, whatever the other
+metrics do (improvements elsewhere cannot loosen it, unlike BH). An any-fail gate is exactly
+the family-wise error that Holm controls.
+
+The MDE (minimum detectable effect): the smallest true slowdown (a fraction) that this rule
+flags with probability `power`, correction included: at the most stringent Holm step
+(level alpha / m), `exp(log1p(threshold) + (t_{1-alpha/m} + t_{power}) * se) - 1`. It is
+always above the threshold, since the rule only fails what is credibly *beyond* it.
+
+Deliberately not here: noise estimation (`reports.analysis.series`,
+`reports.analysis.noise_model`), which
+metrics exist and their direction (`reports.analysis.metrics`), files and formatting.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from reports.analysis.distributions import t_ppf, t_sf_two_sided
+
+Outcome = Literal["fail", "pass", "inconclusive", "improved"]
+
+
+def worse_log_ratio(current: float, baseline: float, *, higher_is_better: bool) -> float:
+    """log(current / baseline) oriented so that positive = worse (both values must be > 0)."""
+    if current <= 0 or baseline <= 0:
+        raise ValueError(f"ratio needs positive values, got current={current} baseline={baseline}")
+    raw = math.log(current / baseline)
+    return -raw if higher_is_better else raw
+
+
+def _upper_tail(z: float, df: float) -> float:
+    """P(T >= z) for Student's t with `df` degrees of freedom, accurate for tiny tails."""
+    half = 0.5 * t_sf_two_sided(z, df)
+    return half if z >= 0 else 1.0 - half
+
+
+def p_fail(log_ratio: float, se: float, df: float, threshold: float) -> float:
+    """One-sided p-value of H0 "true worse-ratio <= 1 + threshold".
+
+    P(T >= (log_ratio - log1p(threshold)) / se) with T ~ t(df). With `se == 0` the value is
+    certain: 0 when log_ratio > log1p(threshold), else 1.
+    """
+    if se < 0 or threshold < 0:
+        raise ValueError(f"se and threshold must be >= 0, got se={se} threshold={threshold}")
+    limit = math.log1p(threshold)
+    if se == 0:
+        return 0.0 if log_ratio > limit else 1.0
+    return _upper_tail((log_ratio - limit) / se, df)
+
+
+def p_improved(log_ratio: float, se: float, df: float, threshold: float) -> float:
+    """One-sided p-value of H0 "true worse-ratio >= 1 / (1 + threshold)" (the mirror of p_fail).
+
+    P(T <= (log_ratio + log1p(threshold)) / se). With `se == 0`: 0 when
+    log_ratio < -log1p(threshold), else 1.
+    """
+    return p_fail(-log_ratio, se, df, threshold)
+
+
+def holm_adjust(p_values: Sequence[float]) -> list[float]:
+    """Holm step-down adjusted p-values, in the input order.
+
+    Sorted ascending p_(1) <= ... <= p_(m): adjusted_(i) = max over j <= i of
+    min(1, (m - j + 1) * p_(j)). Rejecting where adjusted <= alpha is Holm's procedure, which
+    keeps the family-wise error rate (the chance of any false rejection) <= alpha under any
+    dependence between the tests.
+    """
+    m = len(p_values)
+    for p in p_values:
+        if not 0.0 <= p <= 1.0 or math.isnan(p):
+            raise ValueError(f"p-values must lie in [0, 1], got {p}")
+    order = sorted(range(m), key=lambda i: p_values[i])
+    out = [1.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p_values[i]))
+        out[i] = running
+    return out
+
+
+def interval(log_ratio: float, se: float, df: float, ci_level: float) -> tuple[float, float]:
+    """Two-sided `ci_level` confidence interval of the worse-ratio: exp(log_ratio +- t * se)."""
+    if not 0.0 < ci_level < 1.0:
+        raise ValueError(f"ci_level must lie in (0, 1), got {ci_level}")
+    if se == 0:
+        return math.exp(log_ratio), math.exp(log_ratio)
+    t = t_ppf(0.5 + ci_level / 2.0, df)
+    return math.exp(log_ratio - t * se), math.exp(log_ratio + t * se)
+
+
+def classify(
+    ci_high: float,
+    threshold: float,
+    *,
+    p_fail_adjusted: float,
+    p_improved_adjusted: float,
+    alpha: float,
+) -> Outcome:
+    """The outcome of one metric (rules in the module docstring).
+
+    `ci_high` is the upper end of the worse-ratio interval; the p-values are Holm-adjusted
+    within their family (fail side and improved side separately).
+    """
+    if p_fail_adjusted <= alpha:
+        return "fail"
+    if p_improved_adjusted <= alpha:
+        return "improved"
+    if ci_high < 1.0 + threshold:
+        return "pass"
+    return "inconclusive"
+
+
+def mde(
+    se: float, df: float, threshold: float, *, alpha: float, family_size: int, power: float
+) -> float:
+    """Smallest true slowdown (fraction) flagged `fail` with probability `power`.
+
+    The level is alpha / family_size (Holm's first step, what a lone regression among
+    unchanged metrics faces), so the figure includes the correction:
+    `exp(log1p(threshold) + (t_{1 - alpha/m}(df) + t_{power}(df)) * se) - 1`. The shift
+    approximation of the power of a t test, exact for df = inf, within ~1 % for df >= 10.
+    """
+    if family_size < 1:
+        raise ValueError(f"family_size must be >= 1, got {family_size}")
+    if se == 0:
+        return threshold
+    t_sum = t_ppf(1.0 - alpha / family_size, df) + t_ppf(power, df)
+    return math.expm1(math.log1p(threshold) + t_sum * se)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What one metric's comparison contributes to a decision (see the module docstring)."""
+
+    log_ratio: float
+    se: float
+    df: float
+    threshold: float
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The decision on one metric: the outcome and every number that led to it.
+
+    `ratio`, `ci_low`, `ci_high` are worse-ratios (> 1 = worse); `mde` is a fraction.
+    """
+
+    outcome: Outcome
+    ratio: float
+    ci_low: float
+    ci_high: float
+    p_fail: float
+    p_improved: float
+    p_fail_adjusted: float
+    p_improved_adjusted: float
+    mde: float
+
+
+@dataclass(frozen=True)
+class RuleConfig:
+    """Levels of the rule: alpha (family-wise, per side), the interval level, the MDE power."""
+
+    alpha: float = 0.01
+    ci_level: float = 0.95
+    power: float = 0.8
+
+
+def decide(evidence: Sequence[Evidence], rule: RuleConfig | None = None) -> list[Decision]:
+    """Decide a family of metrics at once (one suite, one machine or one A/B comparison).
+
+    Holm runs over every item's fail-side p-value (and, separately, improved-side); the MDE of
+    each item uses family_size = len(evidence). Returned in the input order.
+    """
+    cfg = rule or RuleConfig()
+    pf = [p_fail(e.log_ratio, e.se, e.df, e.threshold) for e in evidence]
+    pi = [p_improved(e.log_ratio, e.se, e.df, e.threshold) for e in evidence]
+    pf_adj, pi_adj = holm_adjust(pf), holm_adjust(pi)
+    out = []
+    for e, f, i, fa, ia in zip(evidence, pf, pi, pf_adj, pi_adj, strict=True):
+        lo, hi = interval(e.log_ratio, e.se, e.df, cfg.ci_level)
+        outcome = classify(
+            hi, e.threshold, p_fail_adjusted=fa, p_improved_adjusted=ia, alpha=cfg.alpha
+        )
+        out.append(
+            Decision(
+                outcome=outcome,
+                ratio=math.exp(e.log_ratio),
+                ci_low=lo,
+                ci_high=hi,
+                p_fail=f,
+                p_improved=i,
+                p_fail_adjusted=fa,
+                p_improved_adjusted=ia,
+                mde=mde(
+                    e.se,
+                    e.df,
+                    e.threshold,
+                    alpha=cfg.alpha,
+                    family_size=len(evidence),
+                    power=cfg.power,
+                ),
+            )
+        )
+    return out

@@ -1,0 +1,177 @@
+"""Which metrics a benchmark has, and how to turn a comparison's runs into `MetricSeries`.
+
+- The **primary timing** is pytest-benchmark's own statistic, from the raw rounds
+  (`stats.data`), named after phasebench's measurement: `prefill_s` (test_prefill),
+  `decode_step_s` (test_decode), `e2e_s` (test_generate), `time_s` for anything else.
+- **Scalar timings** phasebench adds per run in `extra_info` (`ttft_s`, `tpot_s`, ITL
+  percentiles) and **peak memory** (`peak_*_bytes`) are noisy single values per run.
+- **Exact** metrics are deterministic byte counts: every `kv_*_bytes` and `weights_bytes`.
+
+Throughputs (`*_tok_per_s`) are derived from the timings and not judged twice; the decode slope
+can be negative and has no meaningful ratio.
+
+Every timing series carries the suite-wide run effect of each of its baseline runs
+(`noise_model.estimate_run_effects` over the primary timings of all benchmarks), so one loaded
+run neither hides nor creates a regression. Byte counts and memory peaks do not.
+
+Which benchmarks are judged: every one in the current run, plus every one of the newest baseline
+run (and of the newest complete one, when the newest is partial) that the current run lacks:
+`missing` (the gate fails), unless the current run recorded its planned cells and the benchmark
+is not among them (`removed_cells`: the matrix dropped it; reported, not judged). A sharded run
+with a shard missing (`Run.whole` false) removes nothing: its planned list is partial.
+
+Deliberately not here: statistics (`analysis`), file reading (`history`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from reports.analysis.noise_model import RunEffects, estimate_run_effects
+from reports.analysis.series import MetricKind, MetricSeries
+from reports.history.load import BenchmarkResult, Run
+from reports.history.selection import Comparison
+
+PRIMARY_BY_MEASUREMENT = {
+    "prefill": "prefill_s",
+    "decode": "decode_step_s",
+    "generate": "e2e_s",
+}
+SCALAR_TIMINGS = ("ttft_s", "tpot_s", "itl_p50_s", "itl_p90_s", "itl_p99_s")
+MEMORY_METRICS = ("peak_allocated_bytes", "peak_reserved_bytes", "peak_rss_bytes")
+
+
+#: Metric names ending so are higher-is-better (throughputs); everything else judged here,
+#: seconds and bytes, is lower-is-better. None of them is judged today (derived from timings),
+#: but the direction is explicit for when one is.
+HIGHER_IS_BETTER_SUFFIXES = ("_tok_per_s", "_per_s")
+
+
+def higher_is_better(metric: str) -> bool:
+    """True for throughputs (`*_tok_per_s`, `*_per_s`), False for seconds and bytes."""
+    return metric.endswith(HIGHER_IS_BETTER_SUFFIXES)
+
+
+def primary_metric(bench: BenchmarkResult) -> str:
+    """The name of the benchmark's own timing statistic (see the module docstring)."""
+    measurement = bench.extra.get("measurement")
+    key = measurement if isinstance(measurement, str) else bench.group
+    return PRIMARY_BY_MEASUREMENT.get(key, "time_s")
+
+
+def is_exact_metric(name: str) -> bool:
+    """True for deterministic byte counts: `kv_*_bytes` and `weights_bytes`."""
+    return name == "weights_bytes" or (name.startswith("kv_") and name.endswith("_bytes"))
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def metric_values(bench: BenchmarkResult) -> dict[str, tuple[MetricKind, tuple[float, ...]]]:
+    """Every judged metric of one benchmark in one run: name -> (kind, values)."""
+    primary = primary_metric(bench)
+    out: dict[str, tuple[MetricKind, tuple[float, ...]]] = {primary: ("timing", bench.rounds_s)}
+    for name in (*SCALAR_TIMINGS, *MEMORY_METRICS):
+        value = _number(bench.extra.get(name))
+        if name != primary and value is not None and value > 0:
+            out[name] = ("scalar", (value,))
+    for name, raw in bench.extra.items():
+        # cheap suffix test first: extra_info also holds long per-step lists
+        if name.endswith("_bytes") and is_exact_metric(name):
+            value = _number(raw)
+            if value is not None:
+                out[name] = ("exact", (value,))
+    return out
+
+
+def run_effects(baseline: Sequence[Run]) -> RunEffects:
+    """The suite-wide effect of each baseline run, from every benchmark's primary timing."""
+    names = sorted({n for r in baseline for n in r.benchmarks})
+    table = [
+        [math.log(b.median_s) if (b := r.benchmarks.get(n)) is not None else None for n in names]
+        for r in baseline
+    ]
+    return estimate_run_effects(table)
+
+
+def _baseline_names(comparison: Comparison, baseline: Sequence[Run]) -> list[str]:
+    if not baseline:
+        return []
+    names = list(baseline[-1].benchmarks)
+    if baseline[-1].partial:
+        complete = next((r for r in reversed(baseline) if not r.partial), None)
+        if complete is not None:
+            names += [n for n in complete.benchmarks if n not in names]
+    return names
+
+
+def removed_cells(comparison: Comparison, max_runs: int | None = None) -> list[str]:
+    """Baseline benchmarks the current run lacks because its planned cells no longer hold them."""
+    planned = comparison.current.planned
+    if planned is None or not comparison.current.whole:
+        return []  # a lost shard's cells are missing, not removed
+    baseline = comparison.baseline[-max_runs:] if max_runs else comparison.baseline
+    current = comparison.current.benchmarks
+    return [
+        n for n in _baseline_names(comparison, baseline) if n not in current and n not in planned
+    ]
+
+
+def comparison_series(comparison: Comparison, max_runs: int | None = None) -> list[MetricSeries]:
+    """One `MetricSeries` per (benchmark, metric) judged (see the module docstring).
+
+    Only the newest `max_runs` baseline runs are used (all when None).
+    """
+    current = comparison.current
+    repeats = comparison.current_repeats
+    baseline: Sequence[Run] = comparison.baseline[-max_runs:] if max_runs else comparison.baseline
+    effects = run_effects(baseline)
+    removed = set(removed_cells(comparison, max_runs))
+    names = list(current.benchmarks)
+    names += [
+        n
+        for n in _baseline_names(comparison, baseline)
+        if n not in current.benchmarks and n not in removed
+    ]
+    series: list[MetricSeries] = []
+    for fullname in names:
+        cur_bench = current.benchmarks.get(fullname)
+        cur = metric_values(cur_bench) if cur_bench else {}
+        runs_with = [i for i, r in enumerate(baseline) if fullname in r.benchmarks]
+        per_run = [metric_values(baseline[i].benchmarks[fullname]) for i in runs_with]
+        metric_names = list(cur) + [m for m in (per_run[-1] if per_run else {}) if m not in cur]
+        for metric in metric_names:
+            kind = cur[metric][0] if metric in cur else per_run[-1][metric][0]
+            timed = metric.endswith("_s") and kind != "exact"
+            present = [j for j, run in enumerate(per_run) if metric in run]
+            series.append(
+                MetricSeries(
+                    machine_id=comparison.machine_id,
+                    fullname=fullname,
+                    metric=metric,
+                    kind=kind,
+                    baseline=tuple(per_run[j][metric][1] for j in present),
+                    current=cur[metric][1] if metric in cur else None,
+                    current_repeats=tuple(
+                        values[metric][1]
+                        for values in (
+                            metric_values(r.benchmarks[fullname])
+                            for r in repeats
+                            if fullname in r.benchmarks
+                        )
+                        if metric in values
+                    )
+                    if metric in cur and kind != "exact"
+                    else (),
+                    baseline_offsets=tuple(
+                        effects.offsets[runs_with[j]] if timed else 0.0 for j in present
+                    ),
+                    run_effect_var=effects.var if timed else 0.0,
+                    higher_is_better=higher_is_better(metric),
+                )
+            )
+    return series

@@ -1,0 +1,323 @@
+"""Verdicts: is the current run worse than its baseline by more than the threshold, with confidence?
+
+Pure functions on plain numbers (no I/O, no globals); the docstrings are the specification and
+`tests/reports/analysis/test_series.py` checks them on synthetic series with known answers.
+
+Per metric (all on the log scale, so effects are ratios and noise is a CV):
+
+- The noise model is `reports.analysis.noise_model`: each run is summarized by the median of its log
+  rounds; the suite-wide run effect of every baseline run is removed, outlier runs are dropped,
+  and the per-benchmark run-to-run variance is shrunk toward a prior (df = prior weight +
+  kept runs - 1).
+- `d` = log(current level) - log(baseline level), oriented so that positive = worse (every
+  metric judged here is lower-is-better: seconds and bytes; `MetricSeries.higher_is_better`
+  flips it). Its standard error is `se = sqrt(var(current) + var(baseline level))`, where the
+  current level (the median of all rounds of the current run and of any re-runs pooled with it)
+  carries the between-run, run-effect and within-run variance divided by the runs pooled.
+- The rule is `reports.analysis.decision`: `fail` when the one-sided test of "worse-ratio <= 1 +
+  threshold" rejects at the Holm-corrected level alpha over every noisy metric of the suite
+  (family-wise: an unchanged suite goes red with probability <= alpha); `improved` the mirror;
+  `pass` when the 95 % interval lies below 1 + threshold; `inconclusive` otherwise. The MDE is
+  the smallest true slowdown flagged with 80 % power at Holm's first-step level alpha / m.
+- `new`: no baseline value; `missing`: a baseline value but no current value.
+
+Deterministic metrics (KV bytes, weights bytes) compare the current value with the last
+baseline value exactly: larger = `fail`, smaller = `improved`, equal = `pass`.
+
+Deliberately not here: which metrics a benchmark has (`reports.analysis.metrics`), files,
+formatting.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from reports.analysis import decision
+from reports.analysis.changepoints import Step, detect_steps
+from reports.analysis.noise_model import Prior, estimate_noise
+
+VerdictName = Literal["fail", "pass", "inconclusive", "improved", "new", "missing"]
+MetricKind = Literal["timing", "scalar", "exact"]
+VERDICT_ORDER: tuple[VerdictName, ...] = (
+    "fail",
+    "inconclusive",
+    "missing",
+    "improved",
+    "new",
+    "pass",
+)
+
+
+@dataclass(frozen=True)
+class AnalysisConfig:
+    """Parameters of the verdict rules (CLI flags map onto these).
+
+    threshold: practical threshold as a fraction (0.05 = 5 %), for metrics not in `per_metric`.
+    per_metric: threshold per metric name (e.g. {"decode_step_s": 0.03}).
+    alpha: Holm family-wise level per side over every noisy metric of the suite: an unchanged
+        suite gets any false `fail` with probability <= alpha.
+    ci_level: confidence level of the reported ratio interval (and of the `pass` rule).
+    power: power used for the MDE.
+    prior_run_cv: prior run-to-run coefficient of variation (2 % is typical on a quiet CPU).
+    prior_weight_runs: how many baseline runs the prior is worth (>= 1).
+    baseline_after_step: use only baseline runs after the last detected step, when at least
+        `min_runs_after_step` remain (a merged regression becomes the new normal).
+    max_baseline_runs: only the newest this many baseline runs count (older runs describe an
+        older state of the machine, and a longer window costs time without adding much).
+    """
+
+    threshold: float = 0.05
+    per_metric: Mapping[str, float] = field(default_factory=dict)
+    alpha: float = 0.01
+    ci_level: float = 0.95
+    power: float = 0.8
+    prior_run_cv: float = 0.02
+    prior_weight_runs: float = 2.0
+    baseline_after_step: bool = True
+    min_runs_after_step: int = 5
+    max_baseline_runs: int = 100
+
+    def threshold_for(self, metric: str) -> float:
+        """The practical threshold of `metric`."""
+        return self.per_metric.get(metric, self.threshold)
+
+    @property
+    def prior(self) -> Prior:
+        """The noise prior of `reports.analysis.noise_model`."""
+        return Prior(self.prior_run_cv, self.prior_weight_runs)
+
+    @property
+    def rule(self) -> decision.RuleConfig:
+        """The levels of `reports.analysis.decision`."""
+        return decision.RuleConfig(self.alpha, self.ci_level, self.power)
+
+
+@dataclass(frozen=True)
+class MetricSeries:
+    """One benchmark's metric on one machine: baseline runs' values and the current values.
+
+    `baseline` holds one tuple per baseline run, oldest first (rounds in seconds for timings, a
+    single value for other metrics); `current` is None when the current run lacks it.
+    `current_repeats` holds earlier runs of the same commit (re-runs), pooled with `current`.
+    `baseline_offsets` (log, one per baseline run, or empty for none) are the runs' suite-wide
+    effects (`noise_model.estimate_run_effects`), `run_effect_var` their variance.
+    """
+
+    machine_id: str
+    fullname: str
+    metric: str
+    kind: MetricKind
+    baseline: tuple[tuple[float, ...], ...]
+    current: tuple[float, ...] | None
+    current_repeats: tuple[tuple[float, ...], ...] = ()
+    baseline_offsets: tuple[float, ...] = ()
+    run_effect_var: float = 0.0
+    higher_is_better: bool = False
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The judgement of one metric of one benchmark on one machine.
+
+    ratio, ci_low, ci_high: worse-ratios of current / baseline (> 1 = worse). p_value: the
+    one-sided fail-side p-value; p_adjusted: the same after Holm over the suite; p_improved:
+    the improved-side p-value. log_ratio, se, df: the evidence handed to
+    `reports.analysis.decision`.
+    stack_change: the software-stack fields that changed against the baseline, or "".
+    """
+
+    machine_id: str
+    fullname: str
+    metric: str
+    kind: MetricKind
+    verdict: VerdictName
+    threshold: float
+    ratio: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    p_value: float | None = None
+    p_adjusted: float | None = None
+    p_improved: float | None = None
+    mde: float | None = None
+    baseline_value: float | None = None
+    current_value: float | None = None
+    baseline_runs: int = 0
+    between_cv: float | None = None
+    within_cv: float | None = None
+    log_ratio: float | None = None
+    se: float | None = None
+    df: float | None = None
+    note: str = ""
+    stack_change: str = ""
+
+    @property
+    def compared(self) -> bool:
+        """True when a baseline value took part (every verdict except `new`)."""
+        return self.verdict != "new"
+
+
+def _log_median(values: Sequence[float]) -> float:
+    return math.log(statistics.median(values))
+
+
+def _adjusted(series: MetricSeries) -> list[tuple[float, ...]]:
+    """Baseline runs with their suite-wide effect divided out (values stay positive)."""
+    offsets = series.baseline_offsets or (0.0,) * len(series.baseline)
+    return [
+        tuple(v / math.exp(o) for v in run) for run, o in zip(series.baseline, offsets, strict=True)
+    ]
+
+
+def baseline_start(
+    baseline: Sequence[Sequence[float]], config: AnalysisConfig
+) -> tuple[int, Step | None]:
+    """Index of the first baseline run to compare against, and the step that cut older ones off.
+
+    Only the newest `max_baseline_runs` runs are considered. With `baseline_after_step`, steps
+    are detected in the log run medians (pass them with run effects removed, so that a burst
+    run is not a level); the runs after the last step are used when at least
+    `min_runs_after_step` of them remain.
+    """
+    start = max(0, len(baseline) - config.max_baseline_runs)
+    runs = baseline[start:]
+    if not config.baseline_after_step or len(runs) < 2 * config.min_runs_after_step:
+        return start, None
+    steps = detect_steps([_log_median(r) for r in runs], min_rel_step=config.threshold / 2)
+    if not steps or len(runs) - steps[-1].index < config.min_runs_after_step:
+        return start, None
+    return start + steps[-1].index, steps[-1]
+
+
+def judge_noisy(series: MetricSeries, config: AnalysisConfig) -> Verdict:
+    """Verdict of a timing or scalar series before the suite-wide correction.
+
+    `new`/`missing` as in the module docstring; otherwise the evidence (log_ratio, se, df),
+    the raw one-sided p-values and the baseline figures, with a provisional verdict `pass`
+    that `apply_holm` finalizes.
+    """
+    threshold = config.threshold_for(series.metric)
+    base = Verdict(series.machine_id, series.fullname, series.metric, series.kind, "new", threshold)
+    if not series.baseline:
+        if series.current is None:
+            return replace(base, verdict="missing", note="no current and no baseline value")
+        return replace(
+            base,
+            current_value=statistics.median(series.current),
+            note="no baseline run has this benchmark",
+        )
+    first, cut = baseline_start(_adjusted(series), config)
+    offsets = (series.baseline_offsets or (0.0,) * len(series.baseline))[first:]
+    noise = estimate_noise(series.baseline[first:], config.prior, offsets, series.run_effect_var)
+    notes = []
+    if cut is not None:
+        notes.append(f"baseline: {noise.runs} runs since a {cut.rel_change:+.1%} step")
+    if noise.dropped:
+        notes.append(f"{noise.dropped} outlier baseline run(s) left out")
+    base = replace(
+        base,
+        baseline_value=math.exp(noise.baseline_log),
+        baseline_runs=noise.runs,
+        between_cv=noise.between_cv,
+        within_cv=noise.within_cv,
+        note="; ".join(notes),
+    )
+    if series.current is None:
+        return replace(base, verdict="missing")
+    current_runs = (*series.current_repeats, series.current)
+    n_cur = statistics.fmean(len(run) for run in current_runs)
+    # The median of all current rounds pooled: like a run median, robust to outlier rounds
+    # (a mean of run medians lets one run with two slow rounds out of five move the result).
+    current_log = _log_median([x for run in current_runs for x in run])
+    se = math.sqrt(noise.current_var(n_cur, len(current_runs)) + noise.baseline_var)
+    d = current_log - noise.baseline_log
+    worse = -d if series.higher_is_better else d
+    return replace(
+        base,
+        verdict="pass",
+        log_ratio=worse,
+        se=se,
+        df=noise.df,
+        p_value=decision.p_fail(worse, se, noise.df, threshold),
+        p_improved=decision.p_improved(worse, se, noise.df, threshold),
+        current_value=math.exp(current_log),
+    )
+
+
+def apply_holm(verdicts: Sequence[Verdict], config: AnalysisConfig) -> list[Verdict]:
+    """Decide every verdict that carries evidence as one Holm family
+    (`reports.analysis.decision.decide`).
+
+    Sets ratio, interval, adjusted p-value, MDE and the final verdict; others pass through.
+    """
+    idx = [i for i, v in enumerate(verdicts) if v.se is not None and v.log_ratio is not None]
+    evidence = [
+        decision.Evidence(
+            verdicts[i].log_ratio or 0.0,
+            verdicts[i].se or 0.0,
+            verdicts[i].df or math.inf,
+            verdicts[i].threshold,
+        )
+        for i in idx
+    ]
+    out = list(verdicts)
+    for i, dec in zip(idx, decision.decide(evidence, config.rule), strict=True):
+        out[i] = replace(
+            out[i],
+            verdict=dec.outcome,
+            ratio=dec.ratio,
+            ci_low=dec.ci_low,
+            ci_high=dec.ci_high,
+            p_value=dec.p_fail,
+            p_improved=dec.p_improved,
+            p_adjusted=dec.p_fail_adjusted,
+            mde=dec.mde,
+        )
+    return out
+
+
+def judge_exact(series: MetricSeries, config: AnalysisConfig) -> Verdict:
+    """Deterministic metric: the current value against the last baseline value, exactly.
+
+    Larger = `fail`, smaller = `improved` (lower is better for bytes), equal = `pass`; the note
+    says by how many units it changed.
+    """
+    threshold = config.threshold_for(series.metric)
+    v = Verdict(series.machine_id, series.fullname, series.metric, "exact", "new", threshold)
+    last = series.baseline[-1][-1] if series.baseline else None
+    cur = series.current[-1] if series.current else None
+    if last is None:
+        if cur is None:
+            return replace(v, verdict="missing")
+        return replace(v, current_value=cur, note="no baseline value")
+    v = replace(v, baseline_value=last, baseline_runs=len(series.baseline))
+    if cur is None:
+        return replace(v, verdict="missing")
+    v = replace(v, current_value=cur, ratio=cur / last if last else None)
+    if cur == last:
+        return replace(v, verdict="pass", note="unchanged")
+    grew = cur > last
+    return replace(
+        v,
+        verdict="fail" if grew else "improved",
+        note=f"{'grew' if grew else 'shrank'} by {abs(cur - last):,.0f} (exact comparison)",
+    )
+
+
+def judge_suite(series: Sequence[MetricSeries], config: AnalysisConfig) -> list[Verdict]:
+    """Verdicts for every series of a suite, Holm applied across all noisy metrics together."""
+    provisional = [
+        judge_exact(s, config) if s.kind == "exact" else judge_noisy(s, config) for s in series
+    ]
+    return apply_holm(provisional, config)
+
+
+def summarize(verdicts: Sequence[Verdict]) -> dict[VerdictName, int]:
+    """Count of each verdict name (every name present, zeros included)."""
+    counts: dict[VerdictName, int] = dict.fromkeys(VERDICT_ORDER, 0)
+    for v in verdicts:
+        counts[v.verdict] += 1
+    return counts

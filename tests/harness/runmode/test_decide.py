@@ -1,0 +1,134 @@
+"""Run modes at collection (DESIGN §9): every unavailable kernel, cache or compile mode is
+skipped with its reason; available ones are not."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import transformers
+from packaging.version import Version
+
+from benchmarks.harness.cache.static import STATIC_SLIDING_SINCE
+from benchmarks.harness.matrix.cells import Cell
+from benchmarks.harness.runmode import decide as runmode
+from benchmarks.harness.runmode.decide import (
+    attention_reason,
+    compile_reason,
+    measurement_skip_reason,
+    skip_reason,
+)
+
+LEGACY = Version(transformers.__version__) < STATIC_SLIDING_SINCE
+
+
+def cell(model="tiny-llama", device="cpu", dtype="float32", **run_mode):
+    return Cell(model, device, dtype, 1, 16, 4, warmup=0, rounds=1, seed=0, **run_mode)
+
+
+def test_a_cell_without_run_mode_axes_has_no_run_mode_reason():
+    assert skip_reason(cell()) is None
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_sdpa_and_eager_run_on_cpu_for_llama(attention):
+    assert skip_reason(cell(attention=attention, cache="dynamic", compile="none")) is None
+
+
+def test_flash_attention_needs_the_package_then_cuda_then_half_precision(monkeypatch):
+    real = importlib.util.find_spec
+    if real("flash_attn") is None:
+        assert "flash-attn is not installed" in str(
+            attention_reason("flash_attention_2", "cuda", "float16", object)
+        )
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name: object() if name == "flash_attn" else real(name)
+    )
+    llama = transformers.LlamaForCausalLM
+    assert "runs on CUDA only, not on cpu" in str(
+        attention_reason("flash_attention_2", "cpu", "float16", llama)
+    )
+    assert "float16/bfloat16 only, not float32" in str(
+        attention_reason("flash_attention_2", "cuda", "float32", llama)
+    )
+    assert attention_reason("flash_attention_2", "cuda", "bfloat16", llama) is None
+
+
+def test_a_model_type_without_the_kernel_is_skipped_with_its_class_flag():
+    # GPT-2 has no flex-attention support in either transformers version.
+    reason = skip_reason(cell(model="tiny-gpt2", attention="flex_attention"))
+    assert "GPT2LMHeadModel does not support attn_implementation='flex_attention'" in str(reason)
+
+
+def test_sdpa_support_follows_the_model_class_flag():
+    gemma2 = transformers.Gemma2ForCausalLM
+    reason = skip_reason(cell(model="tiny-gemma2", attention="sdpa"))
+    assert (reason is None) == bool(getattr(gemma2, "_supports_sdpa", False))
+
+
+def test_static_cache_reasons_follow_the_transformers_version():
+    gpt2 = skip_reason(cell(model="tiny-gpt2", cache="static"))
+    sliding = skip_reason(cell(model="tiny-mistral-sw", cache="static"))
+    if LEGACY:
+        assert "does not support a static cache" in str(gpt2)
+        assert "sliding-window layers" in str(sliding)
+    else:
+        assert (gpt2, sliding) == (None, None)
+    assert skip_reason(cell(cache="static")) is None
+
+
+def test_reduce_overhead_needs_cuda_and_a_static_cache():
+    assert "needs CUDA, not cpu" in str(compile_reason("reduce-overhead", "cpu", "static"))
+    assert "needs a static cache" in str(compile_reason("reduce-overhead", "cuda", "dynamic"))
+    assert compile_reason("reduce-overhead", "cuda", "static") is None
+    assert "MPS has neither" in str(compile_reason("max-autotune", "mps", "static"))
+    assert compile_reason("none", "cpu", None) is None
+
+
+def test_compile_on_cpu_needs_a_cxx_compiler(monkeypatch):
+    monkeypatch.setattr(runmode.shutil, "which", lambda name: None)
+    assert "needs a C++ compiler" in str(compile_reason("default", "cpu", None))
+    assert compile_reason("none", "cpu", None) is None
+
+
+def test_run_mode_cells_skip_the_hf_generate_overhead_comparison():
+    assert measurement_skip_reason(cell(cache="static"), "overhead") is not None
+    assert measurement_skip_reason(cell(compile="default"), "overhead") is not None
+    assert measurement_skip_reason(cell(compile="none", cache="dynamic"), "overhead") is None
+    assert measurement_skip_reason(cell(cache="static"), "decode") is None
+
+
+def test_max_cache_len_beyond_the_model_positions_is_a_skip_reason():
+    from benchmarks.harness.plan import skip_reason as plan_reason  # noqa: PLC0415
+
+    # tiny-llama has 1024 positions.
+    too_long = Cell("tiny-llama", "cpu", "float32", 1, 16, 4, 0, 1, 0, cache="static",
+                    max_cache_len=2048)  # fmt: skip
+    assert "max_cache_len = 2048 positions exceed tiny-llama's 1024" in str(plan_reason(too_long))
+
+
+def test_configure_engine_gives_static_cells_a_static_cache_and_others_the_models_own():
+    import torch  # noqa: PLC0415
+
+    from benchmarks.harness.cache.static import analytic_static_kv, is_static_cache  # noqa: PLC0415
+    from benchmarks.harness.engine import Engine, make_prompt  # noqa: PLC0415
+    from benchmarks.harness.model.models import load_model_spec  # noqa: PLC0415
+    from benchmarks.harness.runmode.decide import build_cell_model, configure_engine  # noqa: PLC0415
+
+    static = cell(attention="eager", cache="static")
+    model = build_cell_model(
+        load_model_spec("tiny-llama"), static, torch.device("cpu"), torch.float32
+    )
+    assert model.config._attn_implementation == "eager"
+    engine = Engine(model, torch.device("cpu"))
+    configure_engine(engine, static)
+    result = engine.generate(make_prompt(1, 16, 256, seed=0), static.new_tokens)
+    assert is_static_cache(result.cache)
+    allocated = analytic_static_kv(
+        model.config, dtype=torch.float32, batch=1, max_cache_len=19, seq_len=19
+    ).allocated_bytes
+    # Allocated up front: the same bytes after the prefill and after every step.
+    assert (result.kv_bytes_after_prefill, *result.kv_bytes_per_step) == (allocated,) * 4
+    configure_engine(engine, cell(cache="dynamic"))
+    assert engine.start_cache is None
+    assert not is_static_cache(engine.generate(make_prompt(1, 16, 256, seed=0), 2).cache)

@@ -1,0 +1,98 @@
+"""KV expectations per cache implementation, as the suite and `kv --cache static` use them."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from benchmarks.harness.cache.kv import analytic_kv
+from benchmarks.harness.cache.static import analytic_static_kv
+from benchmarks.harness.engine import make_prompt
+from benchmarks.harness.matrix.cells import Cell
+from benchmarks.harness.model.models import build_model, load_model_spec
+from benchmarks.harness.runmode.kvlayout import expected_logical_bytes, static_check, static_report
+
+CPU = torch.device("cpu")
+SPEC = load_model_spec("tiny-llama")
+
+
+def cell(**run_mode):
+    return Cell("tiny-llama", "cpu", "float32", 2, 12, 5, 0, 1, 0, **run_mode)
+
+
+def test_dynamic_cells_expect_the_dynamic_layout_and_static_cells_the_allocation():
+    config = SPEC.hf_config()
+    dynamic = analytic_kv(config, dtype=torch.float32, batch=2, seq_len=13).total_bytes
+    assert expected_logical_bytes(cell(), config, torch.float32, 13) == dynamic
+    assert expected_logical_bytes(cell(cache="dynamic"), config, torch.float32, 13) == dynamic
+    static = analytic_static_kv(config, dtype=torch.float32, batch=2, max_cache_len=16, seq_len=13)
+    assert expected_logical_bytes(cell(cache="static"), config, torch.float32, 13) == (
+        static.allocated_bytes
+    )
+    assert static.allocated_bytes == dynamic * 16 // 13  # 16 = P + N - 1 positions allocated
+
+
+def test_the_static_check_of_a_cell_finds_no_mismatch_and_would_see_one():
+    model = build_model(SPEC, CPU, torch.float32)
+    prompt = make_prompt(2, 12, 256, seed=0)
+    assert static_check(model, prompt, cell(cache="static"), torch.float32) == []
+    with pytest.raises(ValueError, match="has no static cache"):
+        static_check(model, prompt, cell(), torch.float32)
+    # A wrong expectation (bfloat16 bytes for a float32 cache) is reported, not hidden.
+    assert static_check(model, prompt, cell(cache="static"), torch.bfloat16)
+
+
+def request(device):
+    return SimpleNamespace(
+        spec=SPEC, config=SPEC.hf_config(), dtype_name="float32", dtype=torch.float32,
+        prompt_len=12, new_tokens=5, batch=1, device=device, seed=0,
+    )  # fmt: skip
+
+
+def test_the_cli_report_gives_allocated_and_used_bytes_per_step():
+    report, match = static_report(request(None), max_cache_len=None)
+    assert match
+    assert "measured" not in report
+    # tiny-llama: 2 layers x (K + V) x 2 KV heads x head_dim 16 x 4 bytes = 512 B per position.
+    assert report["max_cache_len"] == 16
+    assert report["allocated_bytes"] == 16 * 512
+    assert report["per_step_used_bytes"] == [p * 512 for p in (12, 13, 14, 15, 16)]
+    assert [layer["allocated_positions"] for layer in report["layers"]] == [16, 16]
+
+
+def test_the_cli_report_measures_on_a_device_and_matches():
+    report, match = static_report(request(CPU), max_cache_len=32)
+    assert match
+    assert report["match"]
+    assert report["measured"]["per_step_allocated_bytes"] == [32 * 512] * 5
+    assert report["measured"]["per_step_used_bytes"] == report["per_step_used_bytes"]
+
+
+def test_a_static_layout_holds_the_allocated_tensors_and_measures_equal():
+    from benchmarks.harness.cache.measure import measure_kv  # noqa: PLC0415
+    from benchmarks.harness.cache.static import make_static_cache  # noqa: PLC0415
+    from benchmarks.harness.model import compat  # noqa: PLC0415
+    from benchmarks.harness.runmode.kvlayout import (  # noqa: PLC0415
+        analytic_layout,
+        static_fields,
+        static_fields_mismatch,
+    )
+
+    static = cell(cache="static")
+    model = build_model(SPEC, CPU, torch.float32)
+    layout = analytic_layout(static, model.config, dtype=torch.float32, seq_len=12)
+    assert [layer.k_shape for layer in layout.layers] == [(2, 2, 16, 16)] * 2
+    cache = make_static_cache(model, batch=2, max_cache_len=16)
+    with torch.inference_mode():
+        model(input_ids=make_prompt(2, 12, 256, seed=0), use_cache=True,
+              **{compat.cache_kwarg(model): cache})  # fmt: skip
+    assert measure_kv(cache).logical_bytes == layout.total_bytes
+    info = static_fields(static, model.config, torch.float32, cache, seq_len=12)
+    assert info["kv_static_measured_used_bytes"] == 12 * 2 * 512
+    assert static_fields_mismatch(info) is None
+    assert "used: analytic" in str(
+        static_fields_mismatch({**info, "kv_static_measured_used_bytes": 1})
+    )
+    assert static_fields(cell(), model.config, torch.float32, cache, seq_len=12) == {}

@@ -1,0 +1,180 @@
+"""`reports.ab`: paired verdicts from two sides' JSON, ab.json (schema 1), HTML, Markdown, exits."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+from reports import ab
+from reports.ab import ABConfig, judge, status_of
+from reports.history.runfile import BenchmarkResult
+from reports.render.ab import render_html, render_summary, strip_points
+
+MACHINE = {"node": "n", "system": "Linux", "release": "6", "machine": "x86_64",
+           "python_implementation": "CPython"}  # fmt: skip
+
+
+def bench_json(name: str, rounds: list[float], *, measurement: str, kv: int = 4096) -> dict:
+    return {
+        "group": measurement,
+        "name": f"test_{measurement}[{name}]",
+        "fullname": f"benchmarks/test_{measurement}.py::test_{measurement}[{name}]",
+        "params": {"model": name},
+        "param": name,
+        "extra_info": {
+            "schema": 1,
+            "cell_id": name,
+            "measurement": measurement,
+            "kv_measured_after_prefill_bytes": kv,
+            "weights_bytes": 1000,
+            "ttft_s": 0.001,
+        },
+        "options": {},
+        "stats": {"data": rounds, "median": sorted(rounds)[len(rounds) // 2]},
+    }
+
+
+def side_file(path: Path, benches: list[dict]) -> Path:
+    doc = {"machine_info": MACHINE, "commit_info": {"id": "abc", "branch": "main"},
+           "benchmarks": benches, "datetime": "2026-12-01T00:00", "version": "5.3.1"}  # fmt: skip
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    return path
+
+
+def rounds(seed: int, shift: float, n: int = 30) -> tuple[list[float], list[float]]:
+    rng = random.Random(seed)
+    base, head = [], []
+    for _ in range(n):
+        shared = 0.01 * math.exp(rng.gauss(0, 0.3))
+        base.append(shared * math.exp(rng.gauss(0, 0.01)))
+        head.append(shared * (1 + shift) * math.exp(rng.gauss(0, 0.01)))
+    return base, head
+
+
+def results(benches: list[dict]) -> dict[str, BenchmarkResult]:
+    return {b["fullname"]: BenchmarkResult.from_json(b) for b in benches}
+
+
+def test_a_slowed_head_fails_and_an_unchanged_one_passes():
+    b1, h1 = rounds(1, 0.10)
+    b2, h2 = rounds(2, 0.0)
+    base = [bench_json("a", b1, measurement="decode"), bench_json("b", b2, measurement="prefill")]
+    head = [bench_json("a", h1, measurement="decode"), bench_json("b", h2, measurement="prefill")]
+    entries = judge(results(base), results(head), ABConfig())
+    timing = {e.metric: e for e in entries if e.kind == "timing"}
+    assert timing["decode_step_s"].verdict == "fail"
+    assert timing["decode_step_s"].ratio == pytest.approx(1.10, abs=0.01)
+    assert timing["decode_step_s"].ci_low < 1.10 < timing["decode_step_s"].ci_high
+    assert timing["decode_step_s"].pairs == 30
+    assert timing["prefill_s"].verdict == "pass"
+    assert timing["prefill_s"].mde is not None
+    assert timing["prefill_s"].mde > 0.05
+    assert all(e.verdict == "pass" for e in entries if e.kind == "exact")
+    assert not any(e.metric == "ttft_s" for e in entries)  # one value per side: not judged
+    assert status_of(entries)[0] == "fail"
+
+
+def test_kv_bytes_are_compared_exactly_and_one_sided_cells_are_new_or_missing():
+    b, h = rounds(3, 0.0)
+    base = [bench_json("a", b, measurement="decode"), bench_json("gone", b, measurement="decode")]
+    head = [
+        bench_json("a", h, measurement="decode", kv=4097),
+        bench_json("new", h, measurement="decode"),
+    ]
+    entries = judge(results(base), results(head), ABConfig())
+    by = {(e.fullname.split("[")[1][:-1], e.metric): e for e in entries}
+    kv = by[("a", "kv_measured_after_prefill_bytes")]
+    assert kv.verdict == "fail"
+    assert "grew by 1" in kv.note
+    assert by[("gone", "decode_step_s")].verdict == "missing"
+    assert by[("new", "decode_step_s")].verdict == "new"
+    status, reason = status_of(entries)
+    assert status == "fail"
+    assert "missing" in reason
+
+
+def test_no_benchmark_in_common_is_an_error():
+    b, h = rounds(4, 0.0)
+    entries = judge(results([bench_json("x", b, measurement="decode")]),
+                    results([bench_json("y", h, measurement="decode")]), ABConfig())  # fmt: skip
+    assert status_of(entries)[0] == "error"
+
+
+def test_cli_writes_schema_1_json_html_and_markdown_with_exit_codes(tmp_path):
+    b, h = rounds(5, 0.10)
+    side_file(tmp_path / "base.json", [bench_json("a", b, measurement="generate")])
+    side_file(tmp_path / "head.json", [bench_json("a", h, measurement="generate")])
+    context = {"pairs": 30, "interleave": "rounds", "sides": {
+        "base": {"label": "main", "commit": "1" * 40, "env": {}, "stack": {"torch": "2.13"}},
+        "head": {"label": "<working tree>", "commit": None, "env": {"OMP_NUM_THREADS": "1"},
+                 "stack": {"torch": "2.14"}}}}  # fmt: skip
+    (tmp_path / "context.json").write_text(json.dumps(context), encoding="utf-8")
+    assert ab.main(["--out", str(tmp_path)]) == 1
+    doc = json.loads((tmp_path / "ab.json").read_text(encoding="utf-8"))
+    assert doc["schema"] == 1
+    assert doc["status"] == "fail"
+    entry = next(e for e in doc["benchmarks"] if e["metric"] == "e2e_s")
+    for field in (
+        "fullname",
+        "metric",
+        "verdict",
+        "ratio",
+        "ci_low",
+        "ci_high",
+        "mde",
+        "threshold",
+        "pairs",
+    ):
+        assert field in entry
+    html = (tmp_path / "index.html").read_text(encoding="utf-8")
+    assert "&lt;working tree&gt;" in html  # escaped
+    assert '<svg class="pairs"' in html
+    assert 'class="changed"' in html  # torch differs between the stacks
+    md = (tmp_path / "summary.md").read_text(encoding="utf-8")
+    assert "FAIL" in md
+    assert "`e2e_s`" in md
+    # a higher threshold turns the same data into a pass
+    assert ab.main(["--out", str(tmp_path), "--threshold", "20%"]) == 0
+
+
+def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
+    (tmp_path / "base.json").write_text("{not json", encoding="utf-8")
+    side_file(tmp_path / "head.json", [])
+    assert ab.main(["--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "base" in err
+    assert ab.main(["--out", str(tmp_path / "nowhere")]) == 2
+
+
+def test_strip_points_span_pairs_interval_and_threshold():
+    entry = {"kind": "timing", "threshold": 0.05, "log_ratios": [0.0, 0.1, -0.1],
+             "ci_low": 0.9, "ci_high": 1.2}  # fmt: skip
+    svg = strip_points(entry)
+    assert svg is not None
+    xs = [d["x"] for d in svg["dots"]]
+    assert min(xs) >= 0
+    assert max(xs) <= svg["width"]
+    assert svg["dots"][1]["x"] > svg["zero"] > svg["dots"][2]["x"]
+    assert strip_points({"kind": "exact", "threshold": 0.05}) is None
+
+
+def test_render_handles_an_error_document():
+    doc = ab.ab_json([], ABConfig(), {})
+    assert doc["status"] == "error"
+    assert "ERROR" in render_html(doc)
+    assert "ERROR" in render_summary(doc)
+
+
+def test_the_header_names_the_pairs_the_benchmarks_really_had():
+    """The time budget stops long rounds early: the page says 20-100, not the most asked for."""
+    from reports.render.ab import pairs_text  # noqa: PLC0415
+
+    timing = [{"kind": "timing", "pairs": n} for n in (100, 20, 41)]
+    assert pairs_text([*timing, {"kind": "exact", "pairs": 0}]) == "20-100 pairs"
+    assert pairs_text([{"kind": "timing", "pairs": 30}] * 2) == "30 pairs"
+    assert pairs_text([]) == "no pairs"
