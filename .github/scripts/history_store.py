@@ -7,20 +7,23 @@ files are only ever added, a name never collides, and a file whose content the b
 holds (a re-run of the `store` job) is skipped. A rejected push is resolved by fetching the new
 tip and committing again on top of it (add-only, so that never conflicts).
 
-Artifact layout: shard_stage.py (`SHARDS/bench-<class>-<k>/{outcome.json,data/}`, the same for
-one downloaded artifact or many).
+Artifact layout: shard_stage.py (`SHARDS/bench-<class>-<k>-a<attempt>/{outcome.json,data/}`,
+the same for one downloaded artifact or many; the newest attempt of each shard counts).
+
+Where: history_location.py, one resolution for the gate that reads and the store that writes
+(`PHASEBENCH_HISTORY_REPOSITORY`, else this repository); `--remote` overrides it locally.
 
 Subcommands:
-- `stage --class C --index K --shard I/N --ab-outcome O --bench-outcome O --ab-from DIR
-  --bench-from DIR --into DIR`: package one shard's results in that layout (run on the shard's
-  runner, `if: always()`).
+- `stage --class C --index K --attempt A --shard I/N --ab-outcome O --bench-outcome O
+  --ab-from DIR --bench-from DIR --into DIR`: package one shard's results in that layout (run
+  on the shard's runner, `if: always()`).
 - `collect --shards DIR --into DIR`: copy the valid pytest-benchmark JSON of every history-mode
   shard to `INTO/<class>/<stored name>`; a missing `--shards` is an error, not an empty run.
-- `fetch --remote URL --classes-from DIR --into DIR [--max-runs N] [--max-age-days D]`: copy
+- `fetch [--remote URL] --classes-from DIR --into DIR [--max-runs N] [--max-age-days D]`: copy
   the newest N runs (within D days) of each class of the collected run from the branch. Only
   the tip's trees and the selected files are downloaded (a partial, shallow fetch), because
   the branch grows forever; a branch that does not exist yet is an empty history.
-- `push --remote URL --from DIR --message TEXT`: add `DIR/<class>/*.json` to the branch (an
+- `push [--remote URL] --from DIR --message TEXT`: add `DIR/<class>/*.json` to the branch (an
   orphan on first use) without checking it out, retrying on non-fast-forward.
 
 Credentials: when `GITHUB_TOKEN` is set, git reads it from the environment through a one-shot
@@ -47,7 +50,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from shard_stage import LayoutError, read_outcome, stage
+from history_location import LocationError, resolve
+from shard_stage import FOLDER, LayoutError, latest_shards, stage
 
 BRANCH = "benchmark-history"
 HISTORY = "history"
@@ -55,7 +59,6 @@ HISTORY = "history"
 # not one of ours and is refused rather than committed into the branch forever.
 MAX_FILE_BYTES = 64 * 1024 * 1024
 _CLASS = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
-_ARTIFACT = re.compile(r"bench-(?P<cls>[a-z0-9][a-z0-9_-]{0,31})-(?P<shard>\d{1,4})")
 _STORED = re.compile(
     r"(?P<stamp>\d{8}T\d{6}Z)-r(?P<run>[A-Za-z0-9_]+)-s(?P<shard>\d{1,4})-(?P<hash>[0-9a-f]{16})"
     r"\.json"
@@ -136,15 +139,12 @@ def collect(shards: Path, into: Path, *, run_id: str, now: datetime | None = Non
         )
     when = now or datetime.now(timezone.utc)
     classes: set[str] = set()
-    for artifact in sorted(p for p in shards.iterdir() if p.is_dir()):
-        match = _ARTIFACT.fullmatch(artifact.name)
-        if match is None:
-            print(f"::warning::skipping {artifact.name}: not a bench-<class>-<k> shard folder")
-            continue
-        meta = read_outcome(artifact)
-        if meta is None or meta.get("mode") != "history":
+    for artifact, meta in latest_shards(shards):
+        if meta.get("mode") != "history":
             continue  # an A/B shard's JSON is never history (it measured two trees at once)
-        cls, shard = match.group("cls"), match.group("shard")
+        match = FOLDER.fullmatch(artifact.name)
+        assert match is not None  # latest_shards keeps only names that match
+        cls, shard = match.group("cls"), match.group("index")
         for path in sorted((artifact / "data").rglob("*.json")):
             reason = is_history_file(path)
             if reason is not None:
@@ -159,7 +159,12 @@ def collect(shards: Path, into: Path, *, run_id: str, now: datetime | None = Non
 
 
 def _fetch_tip(repo: Path, remote: str) -> bool:
-    """Init `repo`; fetch the branch tip's commit and trees only. False when it does not exist."""
+    """Init `repo`; fetch the branch tip's commit and trees only. False when it does not exist.
+
+    Exit 2 of `ls-remote --exit-code` means "reachable, no such branch": an empty history. That
+    is only true where the store writes, which is why `fetch` and `push` resolve the remote
+    the same way (history_location.py) and `fetch` names it.
+    """
     repo.mkdir(parents=True, exist_ok=True)
     if not (repo / ".git").exists():
         _git(repo, "init", "-q")
@@ -231,7 +236,11 @@ def fetch(
     with tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp) / "store"
         if not _fetch_tip(repo, remote):
-            print(f"::notice::no {BRANCH} branch yet: every benchmark is new")
+            print(
+                f"::warning::no {BRANCH} branch at {remote}: every benchmark is new. Expected "
+                "only until the first push to main stores history there; if it persists, the "
+                "store writes elsewhere (check PHASEBENCH_HISTORY_REPOSITORY)"
+            )
             return 0
         for cls in classes:
             names = select_runs(
@@ -297,7 +306,9 @@ def _commit_on_tip(
             added += 1
     if added == 0:
         return None, 0
-    tree = _git(repo, "write-tree", env=env).stdout.strip()
+    # `--missing-ok`: the index lists every stored file, whose blobs this `blob:none` clone
+    # never fetched; without it git checks each one exists and fetches them one by one.
+    tree = _git(repo, "write-tree", "--missing-ok", env=env).stdout.strip()
     args = ["commit-tree", tree, "-m", message, *(["-p", parent] if parent else [])]
     return _git(repo, *args, env=_IDENTITY).stdout.strip(), added
 
@@ -343,6 +354,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_stage = sub.add_parser("stage", help="package one shard's results for upload")
     p_stage.add_argument("--class", dest="cls", required=True)
     p_stage.add_argument("--index", type=int, required=True, help="strategy.job-index")
+    p_stage.add_argument("--attempt", type=int, default=1, help="github.run_attempt")
     p_stage.add_argument("--shard", required=True, help="I/N")
     p_stage.add_argument("--ab-outcome", default="skipped")
     p_stage.add_argument("--bench-outcome", default="skipped")
@@ -354,13 +366,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_collect.add_argument("--into", type=Path, required=True)
     p_collect.add_argument("--run-id", default=os.environ.get("GITHUB_RUN_ID", "local"))
     p_fetch = sub.add_parser("fetch", help="copy the branch's recent history of some classes")
-    p_fetch.add_argument("--remote", required=True)
+    p_fetch.add_argument("--remote", help="default: history_location.py's resolution")
     p_fetch.add_argument("--classes-from", type=Path, required=True, help="a collected run")
     p_fetch.add_argument("--into", type=Path, required=True)
     p_fetch.add_argument("--max-runs", type=int, default=30)
     p_fetch.add_argument("--max-age-days", type=float, default=90.0)
     p_push = sub.add_parser("push", help="add files to the branch and push")
-    p_push.add_argument("--remote", required=True)
+    p_push.add_argument("--remote", help="default: history_location.py's resolution")
     p_push.add_argument("--from", dest="source", type=Path, required=True)
     p_push.add_argument("--message", required=True)
     args = parser.parse_args(argv)
@@ -374,6 +386,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 outcomes=outcomes,
                 sources={"ab": args.ab_from, "history": args.bench_from},
                 into=args.into,
+                attempt=args.attempt,
             )
             print(f"staged {folder}")
         elif args.command == "collect":
@@ -381,15 +394,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"collected history of: {', '.join(classes) or 'nothing'}")
         elif args.command == "fetch":
             fetch(
-                args.remote,
+                args.remote or resolve(os.environ).url,
                 _classes_of(args.classes_from),
                 args.into,
                 max_runs=args.max_runs,
                 max_age_days=args.max_age_days,
             )
         else:
-            push(args.remote, args.source, args.message)
-    except (StoreError, LayoutError) as exc:
+            push(args.remote or resolve(os.environ).url, args.source, args.message)
+    except (StoreError, LayoutError, LocationError) as exc:
         print(f"::error::history store: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -10,10 +10,17 @@ PR number it names is only believed when that PR's head is the run's head on all
 commit alone does not bind), and, where GitHub lists the run's pull requests (it does not for
 forks), when the number is among them.
 
-Artifact layout (written by verdict.py in the bench workflow's `gate` job):
-- `pr.json`: `{"schema": 2, "pr_number": 12, "head_sha": "<40 hex>", "head_repository":
-  "owner/name", "head_branch": "topic", "run_attempt": 1, "gate":
-  "pass|no-baseline|fail|error", "accepted": false, "classes": ["cuda"]}`
+Trust: the headline comes from the `phasebench/gate` status that GitHub holds for the head
+commit (set by `github-actions[bot]`), never from the artifact. The artifact's summary and
+runner classes are shown only for a run whose workflow file was this repository's: a
+maintainer's dispatch (the default branch's workflow) or a pull_request run from a branch of
+this repository. A fork's pull_request run executes the fork's own workflow file, so its
+artifact can say anything; its PR gets the status line and a fixed note, nothing of the artifact.
+
+Artifact layout (written by verdict.py in the bench workflow's `gate` job, uploaded as
+`pr-comment-<run attempt>`):
+- `pr.json`: `{"schema": 3, "pr_number": 12, "head_sha": "<40 hex>", "head_repository":
+  "owner/name", "head_branch": "topic", "run_attempt": 1, "classes": ["cuda"]}`
 - `summary.md`: the gate's combined summary.
 
 Environment: `GITHUB_TOKEN`, `GITHUB_REPOSITORY`, `GITHUB_API_URL` (default api.github.com), and
@@ -23,7 +30,7 @@ from `github.event.workflow_run`: `RUN_HEAD_SHA`, `RUN_HEAD_REPOSITORY`
 
 Exit status: 0 when the comment was written or there was rightly nothing to post (no artifact,
 a newer commit on the PR, an artifact of an earlier attempt); 1 when the artifact fails
-validation or the API refuses.
+validation or the API refuses (after retries, github_api.py).
 
 Deliberately not here: deciding the check's verdict (the bench workflow's gate does that) and
 reading anything but `pr.json` and `summary.md` from the artifact.
@@ -37,38 +44,32 @@ import os
 import re
 import sys
 import unicodedata
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from github_api import SHA, ApiError, GitHub, Transport, urllib_transport
+
+__all__ = ["ApiError", "GitHub", "Transport", "urllib_transport"]  # re-exported for callers
+
 MARKER = "<!-- phasebench-sticky-report -->"
 BOT_LOGIN = "github-actions[bot]"
+STATUS_CONTEXT = "phasebench/gate"
 MAX_JSON_BYTES = 16 * 1024
 # GitHub refuses comment bodies over 65,536 characters; leave room for the header and footer.
 MAX_SUMMARY_CHARS = 60_000
 MAX_SUMMARY_BYTES = 4 * MAX_SUMMARY_CHARS  # read at most this much of the file
-_SHA = re.compile(r"[0-9a-f]{40}")
+_SHA = SHA
 _CLASS = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
-_GATES = {
-    "pass": "passed",
-    "no-baseline": "no baseline yet",
-    "fail": "regression found",
-    "error": "could not judge",
-}
 _REPO = re.compile(r"[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100}")
-# git's own rules are looser; this is what a branch name needs to be echoed back safely.
-_BRANCH = re.compile(r"[A-Za-z0-9._/+-]{1,255}")
 # "@user" or "@org/team" would notify people on behalf of the bot; a zero-width space after "@"
 # keeps the text readable and the ping inert.
 _MENTION = re.compile(r"@(?=[A-Za-z0-9])")
+_STATES = {"success": "passed", "failure": "failed", "error": "could not judge"}
 
-Transport = Callable[[str, str, bytes | None, Mapping[str, str]], tuple[int, Any]]
 
-
-class CommentError(Exception):
+class CommentError(ApiError):
     """The artifact or the API answer is not what a genuine run produces; nothing is posted."""
 
 
@@ -81,8 +82,6 @@ class Payload:
     head_repository: str
     head_branch: str
     run_attempt: int
-    gate: str
-    accepted: bool
     classes: tuple[str, ...]
     summary_md: str
 
@@ -99,19 +98,14 @@ class Payload:
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise CommentError(f"pr.json is not JSON: {exc}") from exc
-        if not isinstance(meta, dict) or meta.get("schema") != 2:
-            raise CommentError("pr.json: expected an object with schema 2")
-        number, sha = meta.get("pr_number"), meta.get("head_sha")
-        gate, accepted, classes = meta.get("gate"), meta.get("accepted"), meta.get("classes")
+        if not isinstance(meta, dict) or meta.get("schema") != 3:
+            raise CommentError("pr.json: expected an object with schema 3")
+        number, sha, classes = meta.get("pr_number"), meta.get("head_sha"), meta.get("classes")
         if not isinstance(number, int) or isinstance(number, bool) or not 0 < number < 10**9:
             raise CommentError("pr.json: pr_number must be a positive integer")
         if not isinstance(sha, str) or _SHA.fullmatch(sha) is None:
             raise CommentError("pr.json: head_sha must be 40 lowercase hex digits")
         repo, branch, attempt = _run_fields(meta)
-        if gate not in _GATES:
-            raise CommentError(f"pr.json: gate must be one of {sorted(_GATES)}")
-        if not isinstance(accepted, bool):
-            raise CommentError("pr.json: accepted must be true or false")
         if not isinstance(classes, list) or not all(
             isinstance(c, str) and _CLASS.fullmatch(c) for c in classes
         ):
@@ -124,8 +118,6 @@ class Payload:
             head_repository=repo,
             head_branch=branch,
             run_attempt=attempt,
-            gate=str(gate),
-            accepted=accepted,
             classes=tuple(classes),
             summary_md=clean_markdown(raw.decode("utf-8", errors="replace")),
         )
@@ -140,11 +132,26 @@ def _run_fields(meta: dict[str, Any]) -> tuple[str, str, int]:
     )
     if not isinstance(repo, str) or _REPO.fullmatch(repo) is None:
         raise CommentError("pr.json: head_repository must be owner/name")
-    if not isinstance(branch, str) or _BRANCH.fullmatch(branch) is None:
-        raise CommentError("pr.json: head_branch must be a branch name")
+    if not isinstance(branch, str) or not is_branch_name(branch):
+        raise CommentError("pr.json: head_branch must be a branch name git accepts")
     if not isinstance(attempt, int) or isinstance(attempt, bool) or not 0 < attempt < 10**4:
         raise CommentError("pr.json: run_attempt must be a positive integer")
     return repo, branch, attempt
+
+
+def is_branch_name(name: str) -> bool:
+    """git check-ref-format's rules for `refs/heads/<name>`, within 255 characters.
+
+    `@ # ,` and non-ASCII letters are legal in branch names; control characters (which could
+    forge log lines), spaces and `~ ^ : ? * [ \\` are not.
+    """
+    if not 0 < len(name) <= 255 or name == "@" or name.startswith(("/", "-")):
+        return False
+    if name.endswith(("/", ".")) or ".." in name or "@{" in name or "//" in name:
+        return False
+    if any(ord(ch) < 32 or ord(ch) == 127 or ch in " ~^:?*[\\" for ch in name):
+        return False
+    return not any(part.startswith(".") or part.endswith(".lock") for part in name.split("/"))
 
 
 def clean_markdown(text: str) -> str:
@@ -245,27 +252,52 @@ def _head(sha: str, repository: str, branch: str) -> str:
     return f"{repository}:{branch}@{sha[:12]}"
 
 
-def render_comment(payload: Payload, *, run_url: str, conclusion: str) -> str:
-    """The sticky comment's body: marker, one status line, the summary, a link to the run."""
-    status = _GATES[payload.gate]
-    if payload.gate == "fail" and payload.accepted:
-        status += " (accepted: `perf-regression-accepted` label)"
-    classes = ", ".join(payload.classes) or "none"
-    lines = [
-        MARKER,
-        "### phasebench",
-        f"**Gate:** {status} · **runners:** {classes} · **commit:** `{payload.head_sha[:12]}` · "
-        f"**run:** {conclusion}",
-        "",
-        payload.summary_md or "_(the run wrote an empty summary)_",
-        "",
-        f"Full HTML report: the `report` artifact of [this run]({run_url}).",
-    ]
+def gate_status(statuses: Sequence[Any]) -> tuple[str, str] | None:
+    """(state, description) of the newest `phasebench/gate` status set by the workflows' bot."""
+    for status in statuses:  # the API lists the newest first
+        if (
+            isinstance(status, dict)
+            and status.get("context") == STATUS_CONTEXT
+            and isinstance(status.get("creator"), dict)
+            and status["creator"].get("login") == BOT_LOGIN
+        ):
+            return str(status.get("state", "")), str(status.get("description") or "")
+    return None
+
+
+def render_comment(
+    payload: Payload,
+    *,
+    run_url: str,
+    conclusion: str,
+    gate: tuple[str, str] | None,
+    trusted: bool,
+) -> str:
+    """The sticky comment's body: marker, the gate's status line, the summary, a link."""
+    if gate is None:
+        line = f"`{STATUS_CONTEXT}` is not set on this commit"
+    else:
+        state, description = gate
+        line = f"{_STATES.get(state, clean_markdown(state))}: {clean_markdown(description)}"
+    lines = [MARKER, "### phasebench", f"**Gate:** {line} · **commit:** `{payload.head_sha[:12]}`"]
+    if trusted:
+        classes = ", ".join(payload.classes) or "none"
+        lines[-1] += f" · **runners:** {classes} · **run:** {conclusion}"
+        lines += ["", payload.summary_md or "_(the run wrote an empty summary)_", ""]
+        lines.append(f"Full HTML report: the `report-a<N>` artifact of [this run]({run_url}).")
+    else:
+        lines += [
+            "",
+            "This pull request comes from a fork, whose own workflow file ran here, so its "
+            "results are not shown. A maintainer benchmarks it by reviewing the change and "
+            "starting the `bench` workflow with this PR's number and head commit (docs/ci.md).",
+        ]
     return "\n".join(lines) + "\n"
 
 
-def find_sticky(comments: Sequence[Any]) -> int | None:
-    """The id of the bot's own comment carrying the marker (the oldest, if several)."""
+def find_stickies(comments: Sequence[Any]) -> list[int]:
+    """The ids of the bot's own comments carrying the marker, oldest first."""
+    found = []
     for comment in comments:
         user = comment.get("user") if isinstance(comment, dict) else None
         if (
@@ -274,81 +306,13 @@ def find_sticky(comments: Sequence[Any]) -> int | None:
             and MARKER in str(comment.get("body", ""))
             and isinstance(comment.get("id"), int)
         ):
-            return int(comment["id"])
-    return None
+            found.append(int(comment["id"]))
+    return found
 
 
-def urllib_transport(
-    method: str, url: str, body: bytes | None, headers: Mapping[str, str]
-) -> tuple[int, Any]:
-    """Send one request; returns (status, parsed JSON or None)."""
-    if not url.startswith("https://"):
-        raise CommentError(f"refusing a non-https API URL: {url}")
-    request = urllib.request.Request(url, data=body, method=method, headers=dict(headers))
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            text = response.read().decode("utf-8")
-            return response.status, json.loads(text) if text else None
-    except urllib.error.HTTPError as exc:
-        return exc.code, None
-    except (urllib.error.URLError, TimeoutError, json.JSONDecodeError) as exc:
-        raise CommentError(f"{method} {url} failed: {exc}") from exc
-
-
-class GitHub:
-    """The REST calls the commenter and the verdict need, over an injectable transport."""
-
-    def __init__(self, api_url: str, repo: str, token: str, transport: Transport) -> None:
-        if re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", repo) is None:
-            raise CommentError(f"GITHUB_REPOSITORY {repo!r} is not owner/name")
-        self._base = f"{api_url.rstrip('/')}/repos/{repo}"
-        self._headers = {
-            "Accept": "application/vnd.github+json",
-            "Authorization": f"Bearer {token}",
-            "X-GitHub-Api-Version": "2022-11-28",
-            "User-Agent": "phasebench-pr-comment",
-        }
-        self._transport = transport
-
-    def _call(self, method: str, path: str, payload: Any = None) -> Any:
-        body = None if payload is None else json.dumps(payload).encode("utf-8")
-        headers = dict(self._headers)
-        if body is not None:
-            headers["Content-Type"] = "application/json"
-        status, data = self._transport(method, f"{self._base}{path}", body, headers)
-        if not 200 <= status < 300:
-            raise CommentError(f"{method} {path} answered HTTP {status}")
-        return data
-
-    def pull(self, number: int) -> Any:
-        """GET /pulls/{number}."""
-        return self._call("GET", f"/pulls/{number}")
-
-    def comments(self, number: int, max_pages: int = 20) -> list[Any]:
-        """Every comment on the PR's conversation, oldest first (100 a page)."""
-        found: list[Any] = []
-        for page in range(1, max_pages + 1):
-            batch = self._call("GET", f"/issues/{number}/comments?per_page=100&page={page}")
-            if not isinstance(batch, list):
-                raise CommentError("the comments listing is not a list")
-            found.extend(batch)
-            if len(batch) < 100:
-                break
-        return found
-
-    def create(self, number: int, body: str) -> Any:
-        """POST a new comment on the PR."""
-        return self._call("POST", f"/issues/{number}/comments", {"body": body})
-
-    def update(self, comment_id: int, body: str) -> Any:
-        """PATCH an existing comment."""
-        return self._call("PATCH", f"/issues/comments/{comment_id}", {"body": body})
-
-    def set_status(self, sha: str, body: Mapping[str, str]) -> Any:
-        """POST a commit status (`state`, `context`, `description`, `target_url`) on `sha`."""
-        if _SHA.fullmatch(sha) is None:
-            raise CommentError(f"refusing a commit status on {sha!r}: not 40 lowercase hex")
-        return self._call("POST", f"/statuses/{sha}", dict(body))
+def find_sticky(comments: Sequence[Any]) -> int | None:
+    """The id of the bot's own comment carrying the marker (the oldest, if several)."""
+    return next(iter(find_stickies(comments)), None)
 
 
 def post(artifact: Path, env: Mapping[str, str], transport: Transport | None = None) -> str:
@@ -370,23 +334,36 @@ def post(artifact: Path, env: Mapping[str, str], transport: Transport | None = N
         env.get("GITHUB_TOKEN", ""),
         transport or urllib_transport,
     )
+    run = RunHead.from_env(env)
     reason = check_target(
         payload,
-        run=RunHead.from_env(env),
+        run=run,
         run_pull_requests=run_prs if isinstance(run_prs, list) else [],
         pull=api.pull(payload.pr_number),
     )
     if reason is not None:
         return f"not commenting: {reason}"
+    trusted = run.event == "workflow_dispatch" or run.repository == api.repo
     body = render_comment(
-        payload, run_url=env.get("RUN_URL", ""), conclusion=env.get("RUN_CONCLUSION", "unknown")
+        payload,
+        run_url=env.get("RUN_URL", ""),
+        conclusion=env.get("RUN_CONCLUSION", "unknown"),
+        gate=gate_status(api.statuses(payload.head_sha)),
+        trusted=trusted,
     )
     sticky = find_sticky(api.comments(payload.pr_number))
-    if sticky is None:
-        api.create(payload.pr_number, body)
-        return f"created the phasebench comment on PR #{payload.pr_number}"
-    api.update(sticky, body)
-    return f"updated comment {sticky} on PR #{payload.pr_number}"
+    if sticky is not None:
+        api.update(sticky, body)
+        return f"updated comment {sticky} on PR #{payload.pr_number}"
+    api.create(payload.pr_number, body)
+    # Commenters of different runs are not serialised (a concurrency group would cancel all
+    # but the newest pending one): two may create a comment at once. Keep the oldest.
+    stickies = find_stickies(api.comments(payload.pr_number))
+    for extra in stickies[1:]:
+        api.delete(extra)
+    if len(stickies) > 1:
+        api.update(stickies[0], body)
+    return f"created the phasebench comment on PR #{payload.pr_number}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -396,7 +373,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         print(post(args.artifact, os.environ))
-    except CommentError as exc:
+    except ApiError as exc:
         print(f"::error::pr comment: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -21,17 +21,24 @@ Rules:
   required check cannot be turned green by skipping the benchmarks.
 - A shard job that failed or was cancelled is `error` (its cells are unmeasured); a shard whose
   benchmark step failed or hit its timeout is named as partial.
-- Suite status: error > fail > no-baseline > pass. `fail` passes the check only when the PR
-  carries `perf-regression-accepted` *now* (read from the API when this runs, so re-running the
-  gate job after labelling re-evaluates without re-running the benchmarks); `error` never does.
+- Suite status: error > fail > no-baseline > pass. `fail` passes the check only when the
+  `perf-regression-accepted` label was added after the newest push by someone with write access
+  who is not the PR's author (acceptance.py; read when this runs, so re-running the gate job
+  after labelling re-evaluates without re-running the benchmarks); `error` never does.
+- Which commit gets `phasebench/gate`: a PR's head (A/B), a push to main, and the 40-hex `sha`
+  of a maintainer's dispatch for a PR. A branch dispatch sets none: it would replace a PR's A/B
+  verdict on the same commit. A dispatch whose inputs are inconsistent (`sha` without `pr`, or
+  not 40 hex) is an error and sets none; it never falls back to the dispatched branch's tip.
+- A status that cannot be set is an error of this step, except the expected 403 of a fork's or
+  Dependabot's pull_request run (read-only token). A failed PR lookup is a note, not a crash.
 
-Outputs: the combined `summary.md`, `pr.json` + `summary.md` for the commenter (for a PR; on a
-maintainer's dispatch the PR's head repository and branch come from the API), and
-the `phasebench/gate` commit status on the head commit (needs `statuses: write`; a fork's or
-Dependabot's pull_request run has a read-only token, so only a trusted run can set it).
+Outputs: the combined `summary.md` (within GitHub's 1 MiB per job), `pr.json` + `summary.md`
+for the commenter (for a PR; on a dispatch the PR's head repository and branch come from the
+API), and the `phasebench/gate` commit status.
 
-Environment: `NEEDS`, `EVENT_NAME`, `PR_NUMBER`, `HEAD_SHA`, `HEAD_REPOSITORY`, `HEAD_BRANCH`,
-`RUN_ATTEMPT`, `RUN_URL`, `GITHUB_TOKEN`, `GITHUB_REPOSITORY`, `GITHUB_API_URL`.
+Environment: `NEEDS`, `EVENT_NAME`, `PR_NUMBER`, `PR_AUTHOR`, `DISPATCH_SHA`, `HEAD_SHA`,
+`HEAD_REPOSITORY`, `HEAD_BRANCH`, `RUN_ATTEMPT`, `RUN_URL`, `GITHUB_TOKEN`, `GITHUB_REPOSITORY`,
+`GITHUB_API_URL`.
 """
 
 from __future__ import annotations
@@ -47,13 +54,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pr_comment import CommentError, GitHub, Transport, urllib_transport
-from shard_stage import read_outcome
+import acceptance
+from github_api import SHA, ApiError, GitHub, Transport, urllib_transport
+from shard_stage import latest_shards
 
-ACCEPT_LABEL = "perf-regression-accepted"
+ACCEPT_LABEL = acceptance.ACCEPT_LABEL
 STATUS_CONTEXT = "phasebench/gate"
 STATUSES = ("pass", "no-baseline", "fail", "error")  # in rising severity
-MAX_SUMMARY_BYTES = 200_000
+# GitHub keeps at most 1 MiB of a job's step summaries and drops the rest; stay well under.
+MAX_SUMMARY_BYTES = 900_000
 _EXPECTED_EXIT = {"pass": {0}, "no-baseline": {0}, "fail": {1}, "error": {1, 2}}
 
 
@@ -103,9 +112,7 @@ def status_from_json(path: Path, exit_code: int | None = None) -> tuple[str, str
 
 
 def _shards(shards: Path) -> list[tuple[Path, dict[str, Any]]]:
-    folders = sorted(p for p in shards.iterdir() if p.is_dir()) if shards.is_dir() else []
-    found = ((folder, read_outcome(folder)) for folder in folders)
-    return [(folder, meta) for folder, meta in found if meta is not None]
+    return latest_shards(shards)  # after a re-run, the newest attempt of each shard
 
 
 def judge(
@@ -172,6 +179,26 @@ def _section(name: str, path: Path) -> str:
     return f"#### {name}\n\n{text.strip()}\n"
 
 
+def fit(head: str, parts: Sequence[str], budget: int = MAX_SUMMARY_BYTES) -> str:
+    """`head` whole, then each part cut to an equal share of what is left (UTF-8 bytes).
+
+    A part longer than its share is cut at a line end and says so; the shares of short parts
+    are not redistributed (simple, and the cut parts point to the full report).
+    """
+    note = "\n\n_(cut to fit GitHub's step summary limit; the full text is in the artifacts)_\n"
+    room = max(budget - len(head.encode("utf-8")), 0)
+    share = room // max(len(parts), 1)
+    out = [head]
+    for part in parts:
+        data = part.encode("utf-8")
+        if len(data) <= share:
+            out.append(part)
+            continue
+        keep = data[: max(share - len(note.encode("utf-8")), 0)].decode("utf-8", "ignore")
+        out.append(keep[: keep.rfind("\n") + 1] + note)
+    return "\n".join(out).rstrip() + "\n"
+
+
 def rejudge_with(judge_dir: Path, into: Path) -> Callable[[Path], Path]:
     """A `rejudge` that runs the judge checkout's `python -m reports.ab` on a shard's raw
     `base.json` and `head.json` (data only) into `into/<shard>/`."""
@@ -202,16 +229,6 @@ def decide(status: str, accepted: bool) -> bool:
     return status in ("pass", "no-baseline") or (status == "fail" and accepted)
 
 
-def labels_of(pull: Any, number: int) -> set[str]:
-    """The label names of the API's answer for PR `number` (none when `pull` is None)."""
-    if pull is None:
-        return set()
-    labels = pull.get("labels") if isinstance(pull, dict) else None
-    if not isinstance(labels, list):
-        raise CommentError(f"the API's answer for PR #{number} has no labels list")
-    return {str(label.get("name")) for label in labels if isinstance(label, dict)}
-
-
 def _pull_head(pull: Any) -> dict[str, str]:
     head: dict[str, Any] = pull["head"] if isinstance(pull.get("head"), dict) else {}
     repo: dict[str, Any] = head["repo"] if isinstance(head.get("repo"), dict) else {}
@@ -229,13 +246,46 @@ def headline(status: str, accepted: bool) -> str:
     return {
         "pass": "no regression beyond noise",
         "no-baseline": "no baseline to compare with yet: nothing judged",
-        "fail": f"regression found; if intended, add {ACCEPT_LABEL} and re-run the gate job",
+        "fail": f"regression found; if intended, a maintainer adds {ACCEPT_LABEL}, re-runs gate",
         "error": "could not judge: see the gate job's summary",
     }[status]
 
 
-def set_commit_status(api: GitHub, sha: str, state: str, description: str, url: str) -> str:
-    """Set `phasebench/gate` on `sha`; a refusal (read-only token) is reported, not raised."""
+def status_target(env: Mapping[str, str], verdict: Judgement) -> str | None:
+    """The commit that gets `phasebench/gate`, or None (with a note saying why)."""
+    if env.get("EVENT_NAME") != "workflow_dispatch":
+        sha = env.get("HEAD_SHA", "")
+        return sha if SHA.fullmatch(sha) else None
+    pr, sha = env.get("PR_NUMBER", ""), env.get("DISPATCH_SHA", "")
+    if not pr and not sha:
+        verdict.notes.append(
+            f"a branch dispatch sets no {STATUS_CONTEXT}: that status is a PR head's A/B "
+            "verdict or main's history verdict, and this run is neither"
+        )
+        return None
+    if not pr:
+        verdict.worsen("error", "the dispatch names `sha` without `pr`: give both, or neither")
+        return None
+    if SHA.fullmatch(sha) is None:
+        verdict.worsen(
+            "error", f"the dispatch's `sha` {sha[:60]!r} is not the full 40-hex commit you reviewed"
+        )
+        return None
+    return sha
+
+
+def read_only_expected(env: Mapping[str, str]) -> bool:
+    """A fork's or Dependabot's pull_request run: its token cannot set statuses."""
+    fork = env.get("HEAD_REPOSITORY", "") != env.get("GITHUB_REPOSITORY", "")
+    dependabot = env.get("PR_AUTHOR") == "dependabot[bot]"
+    return env.get("EVENT_NAME") == "pull_request" and (fork or dependabot)
+
+
+def set_commit_status(
+    api: GitHub, sha: str, state: str, description: str, env: Mapping[str, str]
+) -> tuple[bool, str]:
+    """(ok, log line): set `phasebench/gate` on `sha`. Only the read-only run's 403 is ok."""
+    url = env.get("RUN_URL", "")
     body = {
         "state": state,
         "context": STATUS_CONTEXT,
@@ -244,12 +294,25 @@ def set_commit_status(api: GitHub, sha: str, state: str, description: str, url: 
     }
     try:
         api.set_status(sha, body)
-    except CommentError as exc:
-        return (
-            f"::warning::could not set {STATUS_CONTEXT} ({exc}): a fork's or Dependabot's "
-            "pull_request run holds a read-only token; a maintainer's dispatch sets it"
+    except ApiError as exc:
+        if exc.status == 403 and read_only_expected(env):
+            return True, (
+                f"::warning::could not set {STATUS_CONTEXT} ({exc}): a fork's or Dependabot's "
+                "pull_request run holds a read-only token; a maintainer's dispatch sets it"
+            )
+        return False, (
+            f"::error::could not set {STATUS_CONTEXT}={state} on {sha[:12]} ({exc}), so the "
+            "required check is missing: re-run this job (the benchmarks are not re-run)"
         )
-    return f"set {STATUS_CONTEXT}={state} on {sha[:12]}"
+    return True, f"set {STATUS_CONTEXT}={state} on {sha[:12]}"
+
+
+def _lookup_pull(api: GitHub, number: int, verdict: Judgement) -> Any:
+    try:
+        return api.pull(number)
+    except ApiError as exc:
+        verdict.notes.append(f"PR #{number} could not be read ({exc}): label and comment skipped")
+        return None
 
 
 def run(
@@ -271,11 +334,17 @@ def run(
         env.get("GITHUB_TOKEN", ""),
         transport or urllib_transport,
     )
+    target = status_target(env, verdict)
     number = int(env.get("PR_NUMBER") or "0")
     dispatched = env.get("EVENT_NAME") == "workflow_dispatch"
-    pull = api.pull(number) if number > 0 and (dispatched or verdict.status == "fail") else None
-    accepted = verdict.status == "fail" and ACCEPT_LABEL in labels_of(pull, number)
-    sha = env.get("HEAD_SHA", "")
+    wanted = number > 0 and (dispatched or verdict.status == "fail")
+    pull = _lookup_pull(api, number, verdict) if wanted else None
+    accepted = False
+    if verdict.status == "fail" and pull is not None and target is not None:
+        given = acceptance.check(api, pull, target)
+        accepted = given.accepted
+        verdict.notes.append(given.reason)
+    sha = target or ("" if dispatched else env.get("HEAD_SHA", ""))
     head = {"repository": env.get("HEAD_REPOSITORY", ""), "branch": env.get("HEAD_BRANCH", "")}
     if dispatched and pull is not None:
         head = _pull_head(pull)
@@ -286,37 +355,37 @@ def run(
             )
     passes = decide(verdict.status, accepted)
     line = headline(verdict.status, accepted)
-    body = [f"### phasebench gate: {verdict.status.upper()}: {line}", ""]
-    body += [f"- {note}" for note in verdict.notes] + [""]
+    top = [f"### phasebench gate: {verdict.status.upper()}: {line}", ""]
+    top += [f"- {note}" for note in verdict.notes]
+    parts = list(sections)
     if args.mode == "history" and args.summary is not None and args.summary.is_file():
-        body.append(args.summary.read_text(encoding="utf-8", errors="replace")[:MAX_SUMMARY_BYTES])
-    body += sections
-    summary = "\n".join(body).rstrip() + "\n"
+        parts.insert(0, args.summary.read_text(encoding="utf-8", errors="replace"))
+    summary = fit("\n".join(top) + "\n", parts)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "summary.md").write_text(summary, encoding="utf-8")
-    if number > 0:
+    if number > 0 and SHA.fullmatch(sha) and (pull is not None or not dispatched):
         args.comment_dir.mkdir(parents=True, exist_ok=True)
         meta = {
-            "schema": 2,
+            "schema": 3,
             "pr_number": number,
             "head_sha": sha,
             "head_repository": head["repository"],
             "head_branch": head["branch"],
             "run_attempt": int(env.get("RUN_ATTEMPT") or "1"),
-            "gate": verdict.status,
-            "accepted": accepted,
             "classes": classes,
         }
         (args.comment_dir / "pr.json").write_text(json.dumps(meta) + "\n", encoding="utf-8")
         (args.comment_dir / "summary.md").write_text(summary, encoding="utf-8")
     state = "success" if passes else ("error" if verdict.status == "error" else "failure")
-    if len(sha) == 40:
-        print(set_commit_status(api, sha, state, line, env.get("RUN_URL", "")))
+    status_ok = True
+    if target is not None:
+        status_ok, log = set_commit_status(api, target, state, line, env)
+        print(log)
     level = "notice" if passes else "error"
     print(f"::{level}::gate {verdict.status}: {line}")
     for note in verdict.notes:
         print(f"  {note}")
-    return 0 if passes else 1
+    return 0 if passes and status_ok else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -334,7 +403,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return run(args, os.environ)
-    except (CommentError, ValueError) as exc:
+    except (ApiError, ValueError) as exc:
         print(f"::error::verdict: {exc}", file=sys.stderr)
         return 1
 

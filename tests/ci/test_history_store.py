@@ -156,12 +156,13 @@ def test_stage_marks_a_failed_or_timed_out_shard_partial_and_keeps_what_it_saved
         sources={"ab": tmp_path / "none", "history": results},
         into=tmp_path / "up",
     )
-    assert folder.name == "bench-cuda-3"
+    assert folder.name == "bench-cuda-3-a1"
     meta = json.loads((folder / "outcome.json").read_text())
     assert meta == {
         "schema": 1,
         "class": "cuda",
         "shard": "4/4",
+        "attempt": 1,
         "mode": "history",
         "outcome": "failure",
         "partial": True,

@@ -20,6 +20,11 @@ DATA = ROOT / "tests" / "data" / "github"
 SHA = "4f2a9c0d1e7b3a5f6c8d9e0a1b2c3d4e5f6a7b8c"
 
 
+SCRIPTS = str(ROOT / ".github" / "scripts")
+if SCRIPTS not in sys.path:
+    sys.path.insert(0, SCRIPTS)  # the scripts import their siblings (github_api, ...)
+
+
 def _load():
     spec = importlib.util.spec_from_file_location(
         "pr_comment", ROOT / ".github" / "scripts" / "pr_comment.py"
@@ -42,18 +47,35 @@ def recorded(name):
 class FakeGitHub:
     """A transport that answers from recorded payloads and records every request."""
 
-    def __init__(self, pull=None, comments=None, status=None):
+    def __init__(self, pull=None, comments=None, status=None, *, statuses=None, events=None,
+                 runs=None, permissions=None):  # fmt: skip
         self.pull = recorded("pull_42.json") if pull is None else pull
         self.comments = recorded("issue_comments_42.json") if comments is None else comments
         self.status = status or {}
+        self.commit_statuses = statuses or []
+        self.events = events or []
+        self.runs = runs or []
+        self.permissions = permissions or {}
         self.calls = []
 
-    def __call__(self, method, url, body, headers):
+    def __call__(self, method, url, body, headers):  # noqa: PLR0911 - a return per endpoint
         path = url.split("/repos/phasebench/phasebench", 1)[1]
         self.calls.append((method, path, json.loads(body) if body else None, dict(headers)))
-        status = self.status.get((method, path.split("?")[0]), 200)
+        bare = path.split("?")[0]
+        status = self.status.get((method, bare), 200)
+        if isinstance(status, list):  # answers in turn: retries
+            status = status.pop(0) if len(status) > 1 else status[0]
         if method == "GET" and path.startswith("/pulls/"):
             return status, self.pull
+        if method == "GET" and bare.endswith("/statuses"):
+            return status, self.commit_statuses
+        if method == "GET" and bare.endswith("/events"):
+            return status, self.events if "page=1" in path else []
+        if method == "GET" and bare == "/actions/runs":
+            return status, {"total_count": len(self.runs), "workflow_runs": self.runs}
+        if method == "GET" and bare.startswith("/collaborators/"):
+            login = bare.split("/")[2]
+            return status, {"permission": self.permissions.get(login, "read"), "user": {}}
         if method == "GET" and "/comments" in path:
             return status, self.comments if "page=1" in path else []
         if (method, path.split("?")[0]) not in self.status and method == "POST":
@@ -83,14 +105,12 @@ def write_artifact(
     tmp_path, summary="| bench | verdict |\n|---|---|\n| prefill | fail |\n", **meta
 ):
     fields = {
-        "schema": 2,
+        "schema": 3,
         "pr_number": 42,
         "head_sha": SHA,
         "head_repository": "phasebench/phasebench",
         "head_branch": "fuse-sync",
         "run_attempt": 1,
-        "gate": "fail",
-        "accepted": False,
         "classes": ["cuda"],
     }
     fields.update(meta)
@@ -99,8 +119,18 @@ def write_artifact(
     return tmp_path
 
 
+def gate_status(state="failure", description="regression found", login="github-actions[bot]"):
+    """One entry of `GET /commits/{sha}/statuses`."""
+    return {
+        "state": state,
+        "context": "phasebench/gate",
+        "description": description,
+        "creator": {"login": login},
+    }
+
+
 def test_updates_the_bots_own_sticky_comment_and_never_a_humans(tmp_path):
-    gh = FakeGitHub()
+    gh = FakeGitHub(statuses=[gate_status()])
     result = pc.post(write_artifact(tmp_path), event_env(), gh)
     assert result == "updated comment 3102 on PR #42"
     method, path, body, headers = gh.calls[-1]
@@ -160,7 +190,7 @@ def test_no_artifact_means_nothing_to_post(tmp_path):
 @pytest.mark.parametrize(
     ("meta", "message"),
     [
-        ({"schema": 1}, "schema 2"),
+        ({"schema": 2}, "schema 3"),
         ({"head_repository": "a/b/c"}, "head_repository"),
         ({"head_branch": "x\nmain"}, "head_branch"),
         ({"run_attempt": 0}, "run_attempt"),
@@ -168,8 +198,6 @@ def test_no_artifact_means_nothing_to_post(tmp_path):
         ({"pr_number": True}, "pr_number"),
         ({"pr_number": -1}, "pr_number"),
         ({"head_sha": "HEAD"}, "head_sha"),
-        ({"gate": "rm -rf /"}, "gate"),
-        ({"accepted": "yes"}, "accepted"),
         ({"classes": ["../etc"]}, "classes"),
     ],
 )
@@ -199,7 +227,9 @@ def test_a_symlinked_summary_is_refused(tmp_path):
 def test_the_summary_is_truncated_below_githubs_comment_limit(tmp_path):
     line = "| prefill | 1.0 ms | pass |\n"
     payload = pc.Payload.from_dir(write_artifact(tmp_path, summary=line * 20_000))
-    body = pc.render_comment(payload, run_url="https://example.invalid/run", conclusion="success")
+    body = pc.render_comment(
+        payload, run_url="https://e.invalid/run", conclusion="success", gate=None, trusted=True
+    )
     assert len(body) < 65_536
     assert "truncated" in body
     assert body.count(pc.MARKER) == 1
@@ -216,28 +246,30 @@ def test_mentions_control_characters_and_forged_markers_are_neutralised():
     assert "<!--" not in cleaned
 
 
-def test_an_accepted_regression_says_so():
-    payload = pc.Payload(
-        42, SHA, "phasebench/phasebench", "t", 1, "fail", True, ("cuda", "mps"), "s"
-    )
-    body = pc.render_comment(payload, run_url="u", conclusion="success")
-    assert "accepted" in body
+def test_the_gate_line_comes_from_the_commit_status_not_the_artifact():
+    payload = pc.Payload(42, SHA, "phasebench/phasebench", "t", 1, ("cuda", "mps"), "s")
+    line = "regression accepted by the perf-regression-accepted label"
+    gate = pc.gate_status([gate_status("success", line)])
+    body = pc.render_comment(payload, run_url="u", conclusion="success", gate=gate, trusted=True)
+    assert f"passed: {line}" in body
     assert "cuda, mps" in body
+    # A status of the same context set by someone else's token is not the gate's.
+    assert pc.gate_status([gate_status("success", "ok", login="mallory")]) is None
 
 
 def test_an_api_refusal_is_an_error_not_a_silent_success(tmp_path):
     gh = FakeGitHub(status={("PATCH", "/issues/comments/3102"): 403})
-    with pytest.raises(pc.CommentError, match="HTTP 403"):
+    with pytest.raises(pc.ApiError, match="HTTP 403"):
         pc.post(write_artifact(tmp_path), event_env(), gh)
 
 
 def test_a_malformed_repository_name_is_refused(tmp_path):
-    with pytest.raises(pc.CommentError, match="owner/name"):
+    with pytest.raises(pc.ApiError, match="owner/name"):
         pc.post(write_artifact(tmp_path), event_env(GITHUB_REPOSITORY="a/b/../c"), FakeGitHub())
 
 
 def test_the_real_transport_refuses_plain_http():
-    with pytest.raises(pc.CommentError, match="non-https"):
+    with pytest.raises(pc.ApiError, match="non-https"):
         pc.urllib_transport("GET", "http://api.github.com/x", None, {})
 
 
@@ -465,30 +497,38 @@ def test_a_regression_fails_the_check_sets_the_status_and_writes_the_comment_art
     assert len(body["description"]) <= 140
     meta = json.loads((tmp_path / "pr-comment" / "pr.json").read_text())
     assert meta["run_attempt"] == 3
-    assert (meta["gate"], meta["accepted"], meta["classes"]) == ("fail", False, ["cuda"])
+    assert meta["classes"] == ["cuda"]
+    assert "gate" not in meta  # the commenter reads the verdict from the status, not from here
     # What verdict.py writes is exactly what the commenter accepts.
     assert pc.Payload.from_dir(tmp_path / "pr-comment").head_branch == "fuse-sync"
 
 
 def test_the_label_read_at_gate_time_accepts_the_regression_without_new_measurements(tmp_path):
     shard(tmp_path / "shards", "cuda", 0, "ab", outcome="failure", ab_status="fail")
-    pull = recorded("pull_42.json")
-    pull["labels"].append({"id": 7002, "name": "perf-regression-accepted"})
-    gh = FakeGitHub(pull=pull)
+    gh = accepting_github(recorded("pull_42.json"))
     assert verdict.run(verdict_args(tmp_path), PR_ENV, gh) == 0
     assert statuses(gh)[0][1]["state"] == "success"
-    assert json.loads((tmp_path / "pr-comment" / "pr.json").read_text())["accepted"] is True
+    assert "accepted by @reviewer" in (tmp_path / "out" / "summary.md").read_text()
+
+
+def accepting_github(pull, **kwargs):
+    """The API of a PR that a maintainer labelled after the newest push (recorded payloads)."""
+    pull["labels"].append({"id": 7002, "name": "perf-regression-accepted"})
+    return FakeGitHub(
+        pull=pull,
+        events=recorded("issue_events_42.json"),
+        runs=recorded("runs_for_head_42.json")["workflow_runs"],
+        permissions={"reviewer": "write", "maintainer": "admin", "triager": "read"},
+        **kwargs,
+    )
 
 
 def test_an_error_is_shown_as_an_error_and_no_label_accepts_it(tmp_path):
     shard(tmp_path / "shards", "cuda", 0, "ab", ab_status="error")
-    pull = recorded("pull_42.json")
-    pull["labels"].append({"id": 7002, "name": "perf-regression-accepted"})
-    gh = FakeGitHub(pull=pull)
+    gh = accepting_github(recorded("pull_42.json"))
     assert verdict.run(verdict_args(tmp_path), PR_ENV, gh) == 1
     assert statuses(gh)[0][1]["state"] == "error"
     assert "ERROR" in (tmp_path / "out" / "summary.md").read_text()
-    assert pc.Payload.from_dir(tmp_path / "pr-comment").gate == "error"
 
 
 def test_a_read_only_token_cannot_set_the_status_and_the_check_still_fails(tmp_path, capsys):
@@ -635,7 +675,8 @@ def test_a_dispatch_for_a_fork_pr_takes_the_head_repository_and_branch_from_the_
         **PR_ENV,
         "EVENT_NAME": "workflow_dispatch",
         "PR_NUMBER": "57",
-        "HEAD_SHA": fork["head"]["sha"],
+        "DISPATCH_SHA": fork["head"]["sha"],
+        "HEAD_SHA": "0a1b2c3d4e5f60718293a4b5c6d7e8f901234567",  # the dispatched branch's tip
         "HEAD_REPOSITORY": "phasebench/phasebench",  # the dispatch's own: not the PR's
         "HEAD_BRANCH": "main",
     }
@@ -644,7 +685,7 @@ def test_a_dispatch_for_a_fork_pr_takes_the_head_repository_and_branch_from_the_
     payload = pc.Payload.from_dir(tmp_path / "pr-comment")
     assert (payload.head_repository, payload.head_branch) == ("contributor/phasebench", "main")
     assert statuses(gh)[0][0] == f"/statuses/{fork['head']['sha']}"
-    env["HEAD_SHA"] = "f" * 40  # the maintainer reviewed an older commit
+    env["DISPATCH_SHA"] = "f" * 40  # the maintainer reviewed an older commit
     assert verdict.run(verdict_args(tmp_path), env, FakeGitHub(pull=fork)) == 0
     assert "has moved on" in (tmp_path / "out" / "summary.md").read_text()
 
@@ -652,7 +693,7 @@ def test_a_dispatch_for_a_fork_pr_takes_the_head_repository_and_branch_from_the_
 def test_the_real_gates_json_and_exit_code_read_back_as_its_own_status(tmp_path):
     """verdict.py and `python -m reports gate` agree on the JSON contract (status, exit)."""
     from reports.cli import main as reports_main  # noqa: PLC0415 - only this test needs it
-    from reports.scale import write_synthetic_history  # noqa: PLC0415
+    from reports.history.scale import write_synthetic_history  # noqa: PLC0415
 
     history = tmp_path / "history"
     write_synthetic_history(history, runs=6, benchmarks=3)
