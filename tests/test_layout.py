@@ -263,6 +263,13 @@ def test_the_repository_keeps_its_layout() -> None:
     assert findings.all() == [], "\n".join(findings.all())
 
 
+def test_the_workflows_scripts_are_short_too() -> None:
+    scripts = sorted((ROOT / ".github" / "scripts").glob("*.py"))
+    assert scripts
+    lengths = {p.name: len(p.read_text(encoding="utf-8").splitlines()) for p in scripts}
+    assert {name: n for name, n in lengths.items() if n > MAX_LINES} == {}
+
+
 def test_every_module_has_a_layer() -> None:
     unplaced = [m for m in scan(ROOT) if _unit(m, LAYERS) is None and m not in PACKAGES]
     assert unplaced == []

@@ -36,11 +36,8 @@ or rewriting stored history (pruning the branch is a maintainer's reviewed commi
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import os
 import random
-import re
 import shutil
 import subprocess
 import sys
@@ -52,20 +49,17 @@ from pathlib import Path
 
 from history_location import LocationError, resolve
 from shard_stage import FOLDER, LayoutError, latest_shards, stage
+from stored_files import (
+    CLASS_NAME,
+    LEGACY,
+    STORED,
+    content_hash,
+    is_history_file,
+    stored_name,
+)
 
 BRANCH = "benchmark-history"
 HISTORY = "history"
-# A history file is a few MiB at most (per-round data of a large matrix); anything far larger is
-# not one of ours and is refused rather than committed into the branch forever.
-MAX_FILE_BYTES = 64 * 1024 * 1024
-_CLASS = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
-_STORED = re.compile(
-    r"(?P<stamp>\d{8}T\d{6}Z)-r(?P<run>[A-Za-z0-9_]+)-s(?P<shard>\d{1,4})-(?P<hash>[0-9a-f]{16})"
-    r"\.json"
-)
-# Names of the scheme before content hashes: `<run id>.<attempt>-s<shard>-<original>.json`.
-_LEGACY = re.compile(r"(?P<run>[A-Za-z0-9_]+)\.\d+-s\d{1,4}-.+\.json")
-_SAFE = re.compile(r"[^A-Za-z0-9_]+")
 _BOT = "github-actions[bot]"
 _BOT_EMAIL = "41898282+github-actions[bot]@users.noreply.github.com"
 _IDENTITY = {
@@ -101,33 +95,6 @@ def _git(
     if check and proc.returncode != 0:
         raise StoreError(f"git {' '.join(args)} failed ({proc.returncode}): {proc.stderr.strip()}")
     return proc
-
-
-def is_history_file(path: Path) -> str | None:
-    """None when `path` looks like a pytest-benchmark JSON file; else why it is refused."""
-    if path.is_symlink() or not path.is_file():
-        return "not a regular file"
-    size = path.stat().st_size
-    if size > MAX_FILE_BYTES:
-        return f"{size} bytes is over the {MAX_FILE_BYTES}-byte limit"
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        return f"not JSON: {exc}"
-    if not isinstance(raw, dict) or not isinstance(raw.get("benchmarks"), list):
-        return "not pytest-benchmark output (no 'benchmarks' list)"
-    return None
-
-
-def content_hash(data: bytes) -> str:
-    """The first 16 hex digits of the SHA-256 of a file: its identity on the branch."""
-    return hashlib.sha256(data).hexdigest()[:16]
-
-
-def stored_name(data: bytes, *, run_id: str, shard: str, now: datetime) -> str:
-    """`<UTC stamp>-r<run id>-s<shard>-<content hash>.json`; sorts by time of storing."""
-    stamp = now.astimezone(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return f"{stamp}-r{_SAFE.sub('_', run_id)}-s{int(shard)}-{content_hash(data)}.json"
 
 
 def collect(shards: Path, into: Path, *, run_id: str, now: datetime | None = None) -> list[str]:
@@ -207,14 +174,14 @@ def select_runs(
     runs: dict[str, list[str]] = {}
     order: dict[str, str] = {}
     for name in names:
-        match = _STORED.fullmatch(name)
+        match = STORED.fullmatch(name)
         if match is not None:
             stamp = datetime.strptime(match.group("stamp"), "%Y%m%dT%H%M%SZ")
             if stamp.replace(tzinfo=timezone.utc) < cutoff:
                 continue
             key, when = match.group("run"), match.group("stamp")
         else:
-            legacy = _LEGACY.fullmatch(name)
+            legacy = LEGACY.fullmatch(name)
             key, when = (legacy.group("run") if legacy else name), ""
         runs.setdefault(key, []).append(name)
         order[key] = max(when, order.get(key, ""))
@@ -268,7 +235,7 @@ def _held_hashes(repo: Path, parent: str | None, cls: str) -> set[str]:
     if parent is None:
         return set()
     out = _git(repo, "ls-tree", "--name-only", parent, f"{HISTORY}/{cls}/").stdout
-    found = (_STORED.fullmatch(Path(line).name) for line in out.splitlines())
+    found = (STORED.fullmatch(Path(line).name) for line in out.splitlines())
     return {match.group("hash") for match in found if match is not None}
 
 
@@ -287,11 +254,11 @@ def _commit_on_tip(
         _git(repo, "read-tree", parent, env=env)
     added = 0
     for cls_dir in sorted(p for p in source.iterdir() if p.is_dir()):
-        if _CLASS.fullmatch(cls_dir.name) is None:
+        if CLASS_NAME.fullmatch(cls_dir.name) is None:
             raise StoreError(f"{cls_dir}: a runner class is lowercase letters, digits, - or _")
         held = _held_hashes(repo, parent, cls_dir.name)
         for path in sorted(cls_dir.glob("*.json")):
-            match = _STORED.fullmatch(path.name)
+            match = STORED.fullmatch(path.name)
             if match is None:
                 raise StoreError(f"{path}: not a stored name (run `collect` to make one)")
             if match.group("hash") != content_hash(path.read_bytes()):
@@ -341,7 +308,7 @@ def push(remote: str, source: Path, message: str, *, attempts: int = 6) -> int:
 
 def _classes_of(source: Path) -> list[str]:
     classes = sorted(p.name for p in (source.iterdir() if source.is_dir() else []) if p.is_dir())
-    bad = [c for c in classes if _CLASS.fullmatch(c) is None]
+    bad = [c for c in classes if CLASS_NAME.fullmatch(c) is None]
     if bad:
         raise StoreError(f"{source}: {bad} are not runner class names")
     return classes

@@ -57,12 +57,11 @@ from typing import Any
 import acceptance
 from github_api import SHA, ApiError, GitHub, Transport, urllib_transport
 from shard_stage import latest_shards
+from step_summary import fit, section
 
 ACCEPT_LABEL = acceptance.ACCEPT_LABEL
 STATUS_CONTEXT = "phasebench/gate"
 STATUSES = ("pass", "no-baseline", "fail", "error")  # in rising severity
-# GitHub keeps at most 1 MiB of a job's step summaries and drops the rest; stay well under.
-MAX_SUMMARY_BYTES = 900_000
 _EXPECTED_EXIT = {"pass": {0}, "no-baseline": {0}, "fail": {1}, "error": {1, 2}}
 
 
@@ -154,7 +153,7 @@ def judge(
                         f"{name}: the runner's ab.json said {runner_status}; the base's "
                         f"reports.ab, re-run here on its raw JSON, says {status}"
                     )
-            sections.append(_section(name, judged / "summary.md"))
+            sections.append(section(name, judged / "summary.md"))
         if meta.get("partial"):
             verdict.notes.append(
                 f"{name}: the benchmark step ended `{meta.get('outcome')}` (failed or hit its "
@@ -168,35 +167,6 @@ def judge(
             verdict.worsen(status, f"history gate: {status}{f' ({reason})' if reason else ''}")
     classes = sorted({str(m.get("class")) for _, m in measured})
     return verdict, classes, sections
-
-
-def _section(name: str, path: Path) -> str:
-    try:
-        with path.open("rb") as handle:
-            text = handle.read(MAX_SUMMARY_BYTES).decode("utf-8", errors="replace")
-    except OSError:
-        text = "_(no summary.md)_"
-    return f"#### {name}\n\n{text.strip()}\n"
-
-
-def fit(head: str, parts: Sequence[str], budget: int = MAX_SUMMARY_BYTES) -> str:
-    """`head` whole, then each part cut to an equal share of what is left (UTF-8 bytes).
-
-    A part longer than its share is cut at a line end and says so; the shares of short parts
-    are not redistributed (simple, and the cut parts point to the full report).
-    """
-    note = "\n\n_(cut to fit GitHub's step summary limit; the full text is in the artifacts)_\n"
-    room = max(budget - len(head.encode("utf-8")), 0)
-    share = room // max(len(parts), 1)
-    out = [head]
-    for part in parts:
-        data = part.encode("utf-8")
-        if len(data) <= share:
-            out.append(part)
-            continue
-        keep = data[: max(share - len(note.encode("utf-8")), 0)].decode("utf-8", "ignore")
-        out.append(keep[: keep.rfind("\n") + 1] + note)
-    return "\n".join(out).rstrip() + "\n"
 
 
 def rejudge_with(judge_dir: Path, into: Path) -> Callable[[Path], Path]:
