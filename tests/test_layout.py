@@ -279,10 +279,15 @@ def test_every_module_has_a_layer() -> None:
 
 
 def _tree(root: Path, files: Mapping[str, str]) -> dict[str, Module]:
+    """Write `files`; every folder without an `__init__.py` among them gets one (`DOC`, nothing)."""
     for rel, text in files.items():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
+    for folder in {p.parent for p in (root / "pkg").rglob("*.py")} | {root / "pkg"}:
+        init = folder / "__init__.py"
+        if not init.exists():
+            init.write_text(DOC.format("nothing"), encoding="utf-8")
     return scan(root, ("pkg",))
 
 
@@ -294,10 +299,8 @@ def test_an_upward_import_is_found(tmp_path: Path) -> None:
     modules = _tree(
         tmp_path,
         {
-            "pkg/__init__.py": DOC.format("nothing"),
             "pkg/low/__init__.py": DOC.format("pkg.high"),
             "pkg/low/a.py": "def f():\n    from pkg.high import b  # lazy imports count too\n",
-            "pkg/high/__init__.py": DOC.format("nothing"),
             "pkg/high/b.py": "X = 1\n",
         },
     )
@@ -310,8 +313,6 @@ def test_a_circle_is_found_even_inside_one_package(tmp_path: Path) -> None:
     modules = _tree(
         tmp_path,
         {
-            "pkg/__init__.py": DOC.format("nothing"),
-            "pkg/low/__init__.py": DOC.format("nothing"),
             "pkg/low/a.py": "from pkg.low import b\n",
             "pkg/low/b.py": "def g():\n    from pkg.low.a import X\n",
         },
@@ -342,7 +343,6 @@ def test_a_long_module_is_found_and_a_short_one_is_not(tmp_path: Path) -> None:
     modules = _tree(
         tmp_path,
         {
-            "pkg/__init__.py": DOC.format("nothing"),
             "pkg/long.py": "X = 1\n" * 11,
             "pkg/short.py": "X = 1\n" * 10,
         },
