@@ -228,14 +228,15 @@ def ab(session: nox.Session) -> None:
 
 
 def _run_verdict(session: nox.Session, *args: str) -> None:
-    """Run a judging command and leave nox with its exit code: 1 regression, 2 cannot judge."""
+    """Run a judging command and leave nox with its exit code: 1 regression, 2 cannot judge,
+    3 inconclusive (nothing could be decided: a busy or too noisy machine)."""
     try:
         session.run(*args)
     except CommandFailed as error:
         # nox reports every failure as exit 1, which would make "cannot judge" (a pip or
         # network failure, bad input) read as a regression that a label could accept.
         code = _exit_code(error)
-        raise SystemExit(code if code in (1, 2) else 2) from None
+        raise SystemExit(code if code in (1, 2, 3) else 2) from None
 
 
 @nox.session

@@ -28,7 +28,7 @@ from benchmarks.harness.matrix.cells import Matrix
 from benchmarks.harness.matrix.parse import load_matrix
 from benchmarks.harness.matrix.shard import parse_shard, select_shard
 from benchmarks.harness.roofline.peaks import Peaks
-from benchmarks.suite import ACCELERATOR, MATRIX, PartialHistory
+from benchmarks.suite import ACCELERATOR, MATRIX, THREADS, PartialHistory
 
 SHARD_IDS = pytest.StashKey["frozenset[str] | None"]()
 PEAKS: pytest.StashKey[dict[tuple[str, str], Peaks]] = pytest.StashKey()
@@ -63,6 +63,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.stash[PEAKS] = {}
     config.stash[STABLE] = _noise_control(config, matrix)
+    config.stash[THREADS] = torch.get_num_threads()  # after --threads: what every cell runs with
     _history_defaults(config)
     config.stash[PARTIAL] = PartialHistory(config)
 

@@ -40,13 +40,14 @@ from benchmarks.configure import (
 from benchmarks.fixtures_peaks import peaks, remeasure_peaks
 from benchmarks.fixtures_warmup import warmed
 from benchmarks.harness.device.devices import resolve_device, sync_name
+from benchmarks.harness.device.fpstate import pin_fp_state
 from benchmarks.harness.device.noise import thermal_state
 from benchmarks.harness.device.synctimer import synced_perf_counter
 from benchmarks.harness.engine import make_prompt
 from benchmarks.harness.matrix.cells import Cell
 from benchmarks.harness.modelcache import Loaded, ModelCache, release_device_memory
 from benchmarks.harness.runmode.decide import configure_engine
-from benchmarks.suite import CellRun, Progress, Warmup, mark_partial
+from benchmarks.suite import THREADS, CellRun, Progress, Warmup, mark_partial
 
 # Hooks and fixtures defined in the modules above: importing them here is what registers them.
 __all__ = [
@@ -84,13 +85,24 @@ def pytest_benchmark_update_json(
     for bench in output_json["benchmarks"]:
         bench["extra_info"].update(calibration.extra_info())
     session = config.stash.get(SESSION, None)
-    if session is not None and session.exitstatus == pytest.ExitCode.INTERRUPTED:
+    if session is not None and _stopped_early(session):
         mark_partial(output_json)
+
+
+def _stopped_early(session: pytest.Session) -> bool:
+    """Whether tests were left unfinished: an interrupt, or fewer tests ended than were selected.
+
+    The count is what decides: a Ctrl-C that lands between pytest's own steps (a fixture's
+    teardown, a hook) does not always leave `exitstatus` INTERRUPTED when this hook runs.
+    """
+    finished = session.config.stash.get(FINISHED, 0)
+    return session.exitstatus == pytest.ExitCode.INTERRUPTED or finished < len(session.items)
 
 
 # --- partial history: a killed run keeps what it measured ---------------------------------------
 
 SESSION = pytest.StashKey[pytest.Session]()
+FINISHED = pytest.StashKey[int]()  # tests whose whole protocol (teardown included) ended
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -104,7 +116,9 @@ def pytest_runtest_protocol(
 ) -> Generator[None, object, object]:
     """After each test (teardown included, so its record is final), rewrite the partial file."""
     try:
-        return (yield)
+        result = yield
+        item.config.stash[FINISHED] = item.config.stash.get(FINISHED, 0) + 1
+        return result
     finally:
         if PARTIAL in item.config.stash:
             item.config.stash[PARTIAL].write()
@@ -147,6 +161,11 @@ def cell(request: pytest.FixtureRequest) -> Cell:
 def loaded(request: pytest.FixtureRequest, cell: Cell, model_cache: ModelCache) -> Iterator[Loaded]:
     """The cell's built model (shared with the other cells of its model, device and dtype)."""
     device = resolve_device(cell.device)
+    # Every cell starts in the same process state whatever ran before it: the pinned FP state
+    # (FTZ/DAZ off, `fpstate`) and the run's intra-op threads, from the build through the
+    # warmup; the FP state is pinned again when the cell ends, so nothing leaks onwards.
+    pin_fp_state()
+    torch.set_num_threads(request.config.stash[THREADS])
     loaded = model_cache.get(cell)
     configure_engine(loaded.engine, cell)  # this cell's start cache (static: DESIGN §9)
     # A/A calibration only (PHASEBENCH_CALIBRATION_SLOWDOWN, docs/calibration.md); else a no-op.
@@ -154,6 +173,7 @@ def loaded(request: pytest.FixtureRequest, cell: Cell, model_cache: ModelCache) 
         loaded.model, device, storage=request.config.option.benchmark_storage
     )
     yield loaded
+    pin_fp_state()
     if request.node.stash.get(FAILED, False):
         # A failed test keeps its frames (and their tensors) alive through sys.last_traceback;
         # drop them and return the memory so an out-of-memory cell does not sink the next ones.

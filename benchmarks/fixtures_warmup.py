@@ -17,6 +17,7 @@ import torch
 
 from benchmarks.configure import STABLE, stable_policy_label
 from benchmarks.harness.device.devices import device_sync
+from benchmarks.harness.device.fpstate import pin_fp_state
 from benchmarks.harness.device.noise import thermal_state, warmup_until_stable
 from benchmarks.harness.matrix.cells import Cell
 from benchmarks.harness.modelcache import Loaded
@@ -56,6 +57,9 @@ def warmed(
         progress(f"{cell.id}: {line}")
 
     run_mode = first_calls(loaded.engine, prompt, cell.new_tokens, cell.compile, say)
+    # Loading compiled code may change FTZ/DAZ (a `-ffast-math` library does): warm up, as the
+    # rounds run, in the pinned state.
+    pin_fp_state()
     if stable is None and cell.warmup == 0:
         done[cell.id] = Warmup(
             generations=0,

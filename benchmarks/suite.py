@@ -14,6 +14,7 @@ It deliberately imports no torch at module level (the root conftest imports it f
 from __future__ import annotations
 
 import copy
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -39,6 +40,10 @@ MATRIX = pytest.StashKey[Matrix]()
 # The first accelerator the matrix uses ("cuda", "mps", ...), None when it is CPU only: the
 # machine fingerprint names it.
 ACCELERATOR = pytest.StashKey[str | None]()
+
+# torch's intra-op threads as the run set them up (`--threads` or torch's default), restored
+# before every cell so that no earlier cell's setting carries over (benchmarks/conftest.py).
+THREADS = pytest.StashKey[int]()
 
 EXTRA_INFO_SCHEMA = 1
 
@@ -129,6 +134,9 @@ def start_record(benchmark: Any, run: CellRun, measurement: str) -> dict[str, An
             "sync": run.sync,
             "warmup_s": run.warmup.seconds,
             "build_s": run.loaded.build_s,
+            # The thread policy the rounds ran with (root conftest.py sets the wait policy).
+            "torch_num_threads": torch_threads(),
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset"),
         }
     )
     # The cell's first generation (right after the build, for a model's first cell): the
@@ -143,6 +151,13 @@ def start_record(benchmark: Any, run: CellRun, measurement: str) -> dict[str, An
     info.update(run.warmup.run_mode)  # compile cost of a compiled cell (DESIGN §9)
     run.records.append(info)
     return info
+
+
+def torch_threads() -> int:
+    """torch's intra-op threads (imported here: this module imports no torch at module level)."""
+    import torch  # noqa: PLC0415
+
+    return int(torch.get_num_threads())
 
 
 def memory_fields(samples: list[Any], weights_bytes: int) -> dict[str, Any]:
@@ -276,12 +291,22 @@ class Rounds:
         self._keep = keep
         # A compiled cell fails if torch.compile (re)compiles in the timed rounds (DESIGN §9).
         from benchmarks.calibration.slowdown import maybe_slow_region  # noqa: PLC0415 - torch
+        from benchmarks.harness.device.cpustate import OthersCpuMeter  # noqa: PLC0415 - psutil
+        from benchmarks.harness.device.fpstate import pin_fp_state, read_fp_state  # noqa: PLC0415
         from benchmarks.harness.runmode.compiled import TimedWindow  # noqa: PLC0415 - torch
 
         info = benchmark.extra_info
         target = maybe_slow_region(self.target)  # calibration runs only; else self.target
+        # The rounds run in the pinned FP state whatever ran before (a compiled warmup may have
+        # changed it); what they ended with is recorded, and the pin restored for what follows.
+        pin_fp_state()
+        others = OthersCpuMeter()  # two counter reads around the rounds, none inside them
         with TimedWindow(info.get("cell_id", "?"), info.get("compile_mode")) as window:
+            others.start()
             benchmark.pedantic(target, setup=self.setup, rounds=rounds, warmup_rounds=0)
+            info["other_cpu_pct"] = others.stop_pct()
+        info.update(read_fp_state().as_extra_info())
+        pin_fp_state()
         info.update(window.extra_info())
         window.check()
         self._read_peak()

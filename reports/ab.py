@@ -15,10 +15,19 @@ Per-run scalars (TTFT, ITL percentiles, memory peaks) have one value per side an
 here; the history report keeps judging them across runs. A benchmark on one side only is `new`
 (head only) or `missing` (base only: the head could not run it, which fails like a `fail`).
 
-`ab.json` (schema 1): `schema`, `status` (`pass` / `fail` / `error`), `status_reason`,
-`threshold`, `alpha`, `context`, `counts`, `benchmarks` (`fullname`, `metric`, `kind`,
-`verdict`, `ratio` = head/base, `ci_low`, `ci_high`, `mde`, `threshold`, `pairs`, p-values,
-`base_value`, `head_value`, `log_ratios`, `note`). Exit 0 pass, 1 fail, 2 error.
+Each timing's error is inflated for lag-1 correlation between neighbouring pairs; a timing
+whose pairs disagree wildly or shift mid-run is `inconclusive` with the reason (`unstable`),
+never `fail`; `ratio_p90` shows the tail of the paired ratios beside the trimmed mean.
+Re-judging (`--out DIR` alone) uses the settings the run recorded in `context.json`
+(`judge`: process term, alpha, thresholds); a process-interleaved run carries a run-level term
+of at least `paired.PROCESS_INTERLEAVE_CV`.
+
+`ab.json` (schema 1; fields added, none changed): `schema`, `status` (`pass` / `fail` /
+`inconclusive` / `error`), `status_reason`, `threshold`, `alpha`, `process_cv`, `context`,
+`counts`, `benchmarks` (`fullname`, `metric`, `kind`, `verdict`, `ratio` = head/base,
+`ci_low`, `ci_high`, `mde`, `threshold`, `pairs`, p-values, `base_value`, `head_value`,
+`log_ratios`, `note`, `ratio_p90`, `unstable`). Exit 0 pass, 1 fail, 2 error, 3 inconclusive
+(an unstable run, or nothing decided: never a pass).
 
 Deliberately not here: running the sides (benchmarks/ab), the formulas (`paired`,
 `decision`), markup (`render.ab`). Nothing here imports torch.
@@ -38,14 +47,22 @@ from typing import Any
 
 from reports.analysis.decision import RuleConfig, decide
 from reports.analysis.metrics import PRIMARY_BY_MEASUREMENT, is_exact_metric
-from reports.analysis.paired import MIN_PAIRS, PROCESS_CV, log_ratios, trimmed_estimate
+from reports.analysis.paired import (
+    MIN_PAIRS,
+    PROCESS_CV,
+    PROCESS_INTERLEAVE_CV,
+    correlated_estimate,
+    instability,
+    log_ratios,
+    ratio_quantile,
+)
 from reports.analysis.thresholds import parse_thresholds
 from reports.errors import ReportError
 from reports.history.runfile import BenchmarkResult, RunFile, load_files
 
 SCHEMA = 1
 DEFAULT_THRESHOLD = 0.05
-EXIT = {"pass": 0, "fail": 1, "error": 2}
+EXIT = {"pass": 0, "fail": 1, "error": 2, "inconclusive": 3}
 VERDICTS = ("fail", "missing", "inconclusive", "improved", "new", "pass")
 
 
@@ -84,6 +101,8 @@ class ABEntry:
     head_value: float | None = None
     log_ratios: tuple[float, ...] = ()
     note: str = ""
+    ratio_p90: float | None = None  # p90 of the paired ratios: the tail the trimmed mean hides
+    unstable: str = ""  # why the pairs could not be judged (paired.instability), or ""
 
 
 def timing_metric(bench: BenchmarkResult) -> str:
@@ -169,7 +188,7 @@ def judge(
 
 
 def _decide_timings(entries: Sequence[ABEntry], config: ABConfig) -> list[ABEntry]:
-    estimates = [trimmed_estimate(e.log_ratios) for e in entries]
+    estimates = [correlated_estimate(e.log_ratios) for e in entries]
     decisions = decide(
         [
             est.evidence(e.threshold, config.process_cv)
@@ -179,10 +198,17 @@ def _decide_timings(entries: Sequence[ABEntry], config: ABConfig) -> list[ABEntr
     )
     out = []
     for e, est, d in zip(entries, estimates, decisions, strict=True):
+        unstable = instability(e.log_ratios)
+        note = (
+            f"trimmed mean of {est.pairs} pairs' log-ratios, {est.trimmed_each_end} cut "
+            "from each end"
+        )
         out.append(
             replace(
                 e,
-                verdict=d.outcome,
+                verdict="inconclusive" if unstable else d.outcome,
+                ratio_p90=ratio_quantile(e.log_ratios, 0.9),
+                unstable=unstable,
                 ratio=d.ratio,
                 ci_low=d.ci_low,
                 ci_high=d.ci_high,
@@ -190,15 +216,18 @@ def _decide_timings(entries: Sequence[ABEntry], config: ABConfig) -> list[ABEntr
                 p_fail=d.p_fail,
                 p_fail_adjusted=d.p_fail_adjusted,
                 p_improved_adjusted=d.p_improved_adjusted,
-                note=f"trimmed mean of {est.pairs} pairs' log-ratios, {est.trimmed_each_end} cut "
-                "from each end",
+                note=f"{unstable} (would be {d.outcome}); {note}" if unstable else note,
             )
         )
     return out
 
 
 def status_of(entries: Sequence[ABEntry]) -> tuple[str, str]:
-    """(`pass` | `fail` | `error`, the reason in a few words)."""
+    """(`pass` | `fail` | `inconclusive` | `error`, the reason in a few words).
+
+    `inconclusive` (never PASS): no fail or missing, and some timing was unstable or no
+    timing could be decided (all `inconclusive`).
+    """
     compared = [e for e in entries if e.verdict not in ("new", "missing")]
     if not compared:
         return "error", "the two sides have no benchmark in common"
@@ -206,6 +235,18 @@ def status_of(entries: Sequence[ABEntry]) -> tuple[str, str]:
     missing = sum(e.verdict == "missing" for e in entries)
     if fails or missing:
         return "fail", f"{fails} regression(s) beyond the threshold, {missing} missing on the head"
+    timings = [e for e in compared if e.kind == "timing"]
+    unstable = [e for e in timings if e.unstable]
+    if unstable:
+        return "inconclusive", (
+            f"{len(unstable)} of {len(timings)} timing(s) unstable (e.g. {unstable[0].unstable}):"
+            " the machine was probably busy; re-run on a quiet machine"
+        )
+    if timings and all(e.verdict == "inconclusive" for e in timings):
+        return "inconclusive", (
+            f"nothing could be decided: all {len(timings)} timing(s) straddle the threshold; "
+            "add pairs (--pairs) or quiet the machine"
+        )
     return "pass", f"no regression beyond the threshold in {len(compared)} comparisons"
 
 
@@ -257,14 +298,39 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--base", metavar="FILE", help="base JSON (default DIR/base.json)")
     p.add_argument("--head", metavar="FILE", help="head JSON (default DIR/head.json)")
     p.add_argument("--threshold", action="append", default=[], metavar="[METRIC=]FRACTION")
-    p.add_argument("--alpha", type=float, default=RuleConfig.alpha)
+    p.add_argument("--alpha", type=float, default=None, help="default: the run's, else 0.01")
     p.add_argument(
         "--process-cv",
         type=float,
-        default=PROCESS_CV,
-        help=f"between-process spread added to every paired error (default {PROCESS_CV})",
+        default=None,
+        help="between-process spread added to every paired error (default: the run's recorded "
+        f"setting in context.json, else {PROCESS_CV}; at least {PROCESS_INTERLEAVE_CV} with "
+        "--interleave process)",
     )
     return p
+
+
+def recorded_settings(context: Mapping[str, Any]) -> dict[str, Any]:
+    """The judging settings the A/B run recorded (`context.json` "judge"), for re-judging."""
+    judge = context.get("judge")
+    return dict(judge) if isinstance(judge, dict) else {}
+
+
+def process_term(requested: float | None, context: Mapping[str, Any]) -> tuple[float, str]:
+    """The process term to use and, when it was raised, why.
+
+    Order: the flag, else the run's recorded setting, else `PROCESS_CV`. A process-interleaved
+    run (`context.interleave == "process"`: one side's process, then the other's) compares two
+    whole-run states, so its term is at least `PROCESS_INTERLEAVE_CV`, whatever was asked.
+    """
+    recorded = recorded_settings(context).get("process_cv")
+    value = requested if requested is not None else recorded
+    cv = float(value) if isinstance(value, int | float) else PROCESS_CV
+    if context.get("interleave") == "process" and cv < PROCESS_INTERLEAVE_CV:
+        return PROCESS_INTERLEAVE_CV, (
+            f"process interleave: run-level term {PROCESS_INTERLEAVE_CV:.0%} (asked {cv:.1%})"
+        )
+    return cv, ""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -273,27 +339,33 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = _parser().parse_args(argv)
     out = Path(args.out)
+    context_path = out / "context.json"
+    context: dict[str, Any] = (
+        json.loads(context_path.read_text(encoding="utf-8")) if context_path.is_file() else {}
+    )
+    recorded = recorded_settings(context)  # re-judging uses the run's own settings
     try:
-        default, per_metric = parse_thresholds(args.threshold)
-        if not 0.0 < args.alpha < 1.0:
-            raise ReportError(f"--alpha {args.alpha} is out of range: use 0 < alpha < 1, e.g. 0.01")
+        thresholds = args.threshold or [str(t) for t in recorded.get("threshold", [])]
+        default, per_metric = parse_thresholds(thresholds)
+        alpha = args.alpha if args.alpha is not None else float(recorded.get("alpha", 0.01))
+        if not 0.0 < alpha < 1.0:
+            raise ReportError(f"--alpha {alpha} is out of range: use 0 < alpha < 1, e.g. 0.01")
+        process_cv, raised = process_term(args.process_cv, context)
+        if not 0.0 <= process_cv < 1.0:
+            raise ReportError(f"--process-cv {process_cv}: use 0 <= value < 1, e.g. 0.01")
         config = ABConfig(
             threshold=DEFAULT_THRESHOLD if default is None else default,
             per_metric=per_metric,
-            alpha=args.alpha,
-            process_cv=args.process_cv,
+            alpha=alpha,
+            process_cv=process_cv,
         )
-        if not 0.0 <= args.process_cv < 1.0:
-            raise ReportError(f"--process-cv {args.process_cv}: use 0 <= value < 1, e.g. 0.01")
         base_run, base = load_side(Path(args.base) if args.base else out / "base.json", "base")
         head_run, head = load_side(Path(args.head) if args.head else out / "head.json", "head")
     except ReportError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT["error"]
-    context_path = out / "context.json"
-    context: dict[str, Any] = (
-        json.loads(context_path.read_text(encoding="utf-8")) if context_path.is_file() else {}
-    )
+    if raised:
+        context["process_term"] = raised
     context["machine"] = {"base": base_run.machine_label, "head": head_run.machine_label}
     entries = judge(base, head, config)
     document = ab_json(entries, config, context)

@@ -5,7 +5,9 @@
 - `gate --history DIR [--json FILE]` prints one line per failing or missing benchmark and
   metric and a status line, and exits 0 (pass, or no-baseline: nothing was compared), 1 (a
   failure), 2 (bad input, no current run, an unreadable file that may be the current run, or
-  no-baseline with `--require-baseline`).
+  no-baseline with `--require-baseline`), 3 (inconclusive: nothing could be decided, or the
+  machine was busy during the current run; never a pass). BUSY, IMPLAUSIBLE and DRIFT lines
+  name a disturbed run, a 3x change to check by hand and slow creep.
 - `simulate --seed 1` prints the false-alarm and detection table (see `reports.analysis.simulate`).
 - `bench-scale --runs 1000 --benchmarks 100` times a render of a synthetic history.
 - `runmode FILE...` prints decode tok/s by attention x cache x compile (`reports.render.runmode`).
@@ -40,9 +42,11 @@ from reports.history.selection import (
 )
 from reports.render import runmode as runmode_tables
 from reports.render.html import render_html, render_summary, verdict_json
-from reports.render.report import Report, build_report
+from reports.render.report import Report, attention_lines, build_report
 
 EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
+#: Nothing could be decided (every timing inconclusive) or the machine was busy: not a pass.
+EXIT_INCONCLUSIVE = 3
 
 
 def _config(args: argparse.Namespace) -> AnalysisConfig:
@@ -178,6 +182,8 @@ def gate_lines(report: Report) -> list[str]:
             )
         for name in machine.removed:
             lines.append(f"removed {name}: no longer in the current run's planned cells")
+    for machine in report.machines:
+        lines += attention_lines(machine)
     for skipped in report.skipped:
         lines.append(f"SKIPPED {skipped.path}: {skipped.reason}")
     for path in report.suspect_current:
@@ -190,10 +196,16 @@ def gate_lines(report: Report) -> list[str]:
 
 
 def gate_exit_code(report: Report, require_baseline: bool) -> int:
-    """0 pass or no-baseline, 1 fail, 2 error; no-baseline is 2 with `--require-baseline`."""
+    """0 pass or no-baseline, 1 fail, 2 error, 3 inconclusive (nothing decided, or a busy
+    machine: never a pass); no-baseline is 2 with `--require-baseline`."""
     if report.status == "no-baseline":
         return EXIT_BAD_INPUT if require_baseline else EXIT_OK
-    return {"pass": EXIT_OK, "fail": EXIT_FAIL, "error": EXIT_BAD_INPUT}[report.status]
+    return {
+        "pass": EXIT_OK,
+        "fail": EXIT_FAIL,
+        "error": EXIT_BAD_INPUT,
+        "inconclusive": EXIT_INCONCLUSIVE,
+    }[report.status]
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
@@ -231,6 +243,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         if done.returncode != 0:
             raise ReportError(f"the scenarios failed: {done.stderr.strip()[-300:]}")
         print(done.stdout, end="")
+    if args.robustness_suites > 0:
+        from reports.analysis import robustness  # noqa: PLC0415 - optional verb
+
+        print("\nIssue-17 rows (heavy tails, few rounds, recent step, recurring state, drift):\n")
+        rows = robustness.rows(args.robustness_suites, args.seed)
+        print(robustness.format_rows(rows, args.robustness_suites))
     print(f"\n({time.perf_counter() - start:.1f} s)")
     return EXIT_OK
 
@@ -337,6 +355,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=100,
         help="trials per issue-13 scenario (reports.scenarios; 0 = skip them)",
     )
+    sim.add_argument("--robustness-suites", type=int, default=40, help="0 = skip issue-17 rows")
     sim.add_argument("--threshold", action="append", default=[], metavar="FRACTION")
     sim.add_argument("--alpha", type=float, default=AnalysisConfig.alpha)
     sim.set_defaults(func=cmd_simulate)

@@ -61,8 +61,15 @@ from step_summary import fit, section
 
 ACCEPT_LABEL = acceptance.ACCEPT_LABEL
 STATUS_CONTEXT = "phasebench/gate"
-STATUSES = ("pass", "no-baseline", "fail", "error")  # in rising severity
-_EXPECTED_EXIT = {"pass": {0}, "no-baseline": {0}, "fail": {1}, "error": {1, 2}}
+# In rising severity: a shard that fails outweighs one that could not decide.
+STATUSES = ("pass", "no-baseline", "inconclusive", "fail", "error")
+_EXPECTED_EXIT = {
+    "pass": {0},
+    "no-baseline": {0},
+    "inconclusive": {3},
+    "fail": {1},
+    "error": {1, 2},
+}
 
 
 @dataclass
@@ -195,7 +202,8 @@ def rejudge_with(judge_dir: Path, into: Path) -> Callable[[Path], Path]:
 
 
 def decide(status: str, accepted: bool) -> bool:
-    """Whether the check passes: pass and no-baseline do; fail only when accepted; error never."""
+    """Whether the check passes: pass and no-baseline do; fail only when accepted; inconclusive
+    (re-run it) and error never."""
     return status in ("pass", "no-baseline") or (status == "fail" and accepted)
 
 
@@ -217,6 +225,7 @@ def headline(status: str, accepted: bool) -> str:
         "pass": "no regression beyond noise",
         "no-baseline": "no baseline to compare with yet: nothing judged",
         "fail": f"regression found; if intended, a maintainer adds {ACCEPT_LABEL}, re-runs gate",
+        "inconclusive": "inconclusive (busy or too noisy machine): re-run the benchmark jobs",
         "error": "could not judge: see the gate job's summary",
     }[status]
 

@@ -8,6 +8,7 @@ exit 2). It deliberately runs nothing (`run` does).
 from __future__ import annotations
 
 import argparse
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,7 +84,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--threshold", action="append", default=[], help="as the gate's (5%% default)")
     p.add_argument("--alpha", help="suite-level false-alarm level (the gate's default)")
     p.add_argument("--process-cv", help="between-process spread (reports/analysis/paired.py, 0.01)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the starting sides")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="seed of the starting sides (default: a random one, recorded in context.json, so "
+        "an order effect is not the same fixed bias in every run)",
+    )
     p.add_argument(
         "--cpus",
         metavar="LIST",
@@ -137,7 +144,7 @@ def parse_plan(argv: Sequence[str]) -> Plan:
         head_env=parse_assignments(args.head_env, "--head-env"),
         report_args=tuple(report_args),
         pytest_args=tuple(rest),
-        seed=args.seed,
+        seed=args.seed if args.seed is not None else secrets.randbelow(2**31),
         interleave=args.interleave,
         cpus=cpus,
         argv=tuple(argv),

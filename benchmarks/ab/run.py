@@ -303,6 +303,7 @@ def ab(plan: Plan) -> int:
         "memory": memory_note,
         "apparatus": plan.apparatus,
         "seed": plan.seed,
+        "judge": judge_settings(plan.report_args),
         "cpus": None if plan.cpus is None else sorted(plan.cpus),
         "wall_s": time.perf_counter() - started,
         "command": shlex.join(["nox", "-s", "ab", "--", *plan.argv]),
@@ -311,6 +312,24 @@ def ab(plan: Plan) -> int:
     (plan.out / "context.json").write_text(json.dumps(context, indent=1), encoding="utf-8")
     report = [sys.executable, "-m", "reports.ab", "--out", str(plan.out), *plan.report_args]
     return subprocess.call(report, cwd=ROOT)
+
+
+def judge_settings(report_args: Sequence[str]) -> dict[str, Any]:
+    """The judging settings passed to `reports.ab`, recorded so that re-judging
+    (`python -m reports.ab --out DIR`) uses them: process_cv, alpha, thresholds."""
+    out: dict[str, Any] = {"threshold": []}
+    it = iter(report_args)
+    for flag in it:
+        value = next(it, None)
+        if value is None:
+            break
+        if flag == "--process-cv":
+            out["process_cv"] = float(value)
+        elif flag == "--alpha":
+            out["alpha"] = float(value)
+        elif flag == "--threshold":
+            out["threshold"].append(value)
+    return out
 
 
 def _side_context(side: Side, code: int) -> dict[str, Any]:

@@ -90,7 +90,8 @@ def run_ab(plan: Plan, spec: RunSpec, command: list[str], step: str) -> GateOutc
             f"{time.perf_counter() - started:.0f} s; log {folder / 'ab.log'}",
             flush=True,
         )
-        if code not in (0, 1) or not found.is_file():
+        # 3: the run was judged inconclusive (unstable, busy): a verdict, not a broken run.
+        if code not in (0, 1, 3) or not found.is_file():
             raise CalibrationError(
                 f"A/B run {spec.label} failed (exit {code}); read {folder / 'ab.log'}"
             )
@@ -111,7 +112,7 @@ def rejudge(plan: Plan, folder: Path) -> None:
     command = [sys.executable, "-m", "reports.ab", "--out", str(folder), *args]
     with (folder / "rejudge.log").open("w", encoding="utf-8") as sink:
         code = subprocess.call(command, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT)
-    if code not in (0, 1):
+    if code not in (0, 1, 3):
         raise CalibrationError(
             f"judging {folder} again failed (exit {code}): read {folder / 'rejudge.log'}, "
             "or run the calibration without --reuse"

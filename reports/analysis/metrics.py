@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from reports.analysis.levels import run_location
 from reports.analysis.noise_model import RunEffects, estimate_run_effects
 from reports.analysis.series import MetricKind, MetricSeries
 from reports.history.load import BenchmarkResult, Run
@@ -88,14 +89,22 @@ def metric_values(bench: BenchmarkResult) -> dict[str, tuple[MetricKind, tuple[f
     return out
 
 
-def run_effects(baseline: Sequence[Run]) -> RunEffects:
-    """The suite-wide effect of each baseline run, from every benchmark's primary timing."""
+def _log_location(bench: BenchmarkResult | None) -> float | None:
+    if bench is None or not bench.rounds_s or min(bench.rounds_s) <= 0:
+        return None
+    return math.log(run_location(bench.rounds_s))
+
+
+def run_effects(baseline: Sequence[Run], current: Run | None = None) -> RunEffects:
+    """The suite-wide effect of each baseline run, from every benchmark's primary timing.
+
+    Runs are summarised by `levels.run_location`, as the verdicts do; `current` (its row) only
+    decides whether a lone newest baseline run is main's new level or a burst.
+    """
     names = sorted({n for r in baseline for n in r.benchmarks})
-    table = [
-        [math.log(b.median_s) if (b := r.benchmarks.get(n)) is not None else None for n in names]
-        for r in baseline
-    ]
-    return estimate_run_effects(table)
+    table = [[_log_location(r.benchmarks.get(n)) for n in names] for r in baseline]
+    row = [_log_location(current.benchmarks.get(n)) for n in names] if current else None
+    return estimate_run_effects(table, row)
 
 
 def _baseline_names(comparison: Comparison, baseline: Sequence[Run]) -> list[str]:
@@ -129,7 +138,7 @@ def comparison_series(comparison: Comparison, max_runs: int | None = None) -> li
     current = comparison.current
     repeats = comparison.current_repeats
     baseline: Sequence[Run] = comparison.baseline[-max_runs:] if max_runs else comparison.baseline
-    effects = run_effects(baseline)
+    effects = run_effects(baseline, current)
     removed = set(removed_cells(comparison, max_runs))
     names = list(current.benchmarks)
     names += [

@@ -5,7 +5,10 @@ Pure functions on log values; the docstrings are the specification, checked in
 
 The model, for one machine, on the log scale (effects are ratios, noise is a CV):
 
-    log(median of run r, benchmark b) = mu_b + e_r + u_rb
+    log(location of run r, benchmark b) = mu_b + e_r + u_rb
+
+(a run's location is `levels.run_location`, a low order statistic of its rounds that
+preempted rounds cannot move: the run is the unit, its spread learned from the baseline.)
 
 - `e_r`, the **run effect**, is shared by every benchmark of run r: a load burst, a thermal
   state, a noisy neighbour slows the whole run together. It is estimated per baseline run as
@@ -15,9 +18,12 @@ The model, for one machine, on the log scale (effects are ratios, noise is a CV)
   its level (creating one). Its variance `var_e` comes from the median absolute deviation of
   the effects, so a few burst runs do not inflate it.
 - `u_rb`, what is left, has the per-benchmark variance `tau_b^2`: estimated from the adjusted
-  run medians after dropping runs more than `OUTLIER_SDS` robust standard deviations from their
-  median (an isolated burst on one benchmark), then shrunk toward a prior worth
-  `prior_weight_runs` runs (a scaled-inverse-chi^2 prior): few runs give a poor variance.
+  run locations after setting aside lone bursts (`levels.keep_mask`: a state seen repeatedly
+  stays, as noise), within the newest level when main stepped 1-4 runs ago
+  (`levels.recent_level_start`), then shrunk toward a prior worth `prior_weight_runs` runs
+  (a scaled-inverse-chi^2 prior) whose value is at least the machine's typical variance over
+  the suite (`levels.suite_run_var`), so that few runs on a noisy machine do not borrow the
+  configured prior's optimism.
 - The current run cannot be adjusted: its own run effect is indistinguishable from a real
   across-the-board regression (a torch upgrade that slows everything), so its variance carries
   `var_e` in full. A burst during the current run is therefore not modelled; re-run it.
@@ -35,26 +41,51 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from reports.analysis.changepoints import detect_steps
+from reports.analysis.distributions import normal_cdf, t_ppf
+from reports.analysis.levels import (
+    MAD_TO_SIGMA,
+    OUTLIER_SDS,
+    keep_mask,
+    recent_level_start,
+    robust_sd,
+    run_location,
+)
 
-# 1 / Phi^-1(3/4): turns a median absolute deviation into a normal standard deviation.
-MAD_TO_SIGMA = 1.482602218505602
-#: Variance of the median of n normal values ~ KAPPA_MEDIAN * sigma^2 / n.
+__all__ = [
+    "MAD_TO_SIGMA",
+    "OUTLIER_SDS",
+    "NoiseEstimate",
+    "Prior",
+    "RunEffects",
+    "estimate_noise",
+    "estimate_run_effects",
+    "keep_mask",
+    "kept_locations",
+    "location_var_factor",
+    "robust_sd",
+    "run_location",
+    "within_run_var",
+]
+
+#: Variance of the median of n normal values ~ KAPPA_MEDIAN * sigma^2 / n (kept for readers).
 KAPPA_MEDIAN = math.pi / 2.0
-#: A baseline run this many robust standard deviations from a benchmark's median is dropped.
-OUTLIER_SDS = 5.0
 #: Benchmarks a run needs before its run effect is estimated (fewer: the effect stays 0): with
 #: fewer, the effect would soak up each benchmark's own noise and understate it.
 MIN_BENCHMARKS_FOR_RUN_EFFECT = 8
-# A floor for the robust SD so that a series of identical values does not drop every other run.
-_SD_FLOOR = 1e-4
 
 
-def robust_sd(values: Sequence[float]) -> float:
-    """MAD * 1.4826 (0.0 for fewer than two values)."""
-    if len(values) < 2:
-        return 0.0
-    med = statistics.median(values)
-    return statistics.median(abs(v - med) for v in values) * MAD_TO_SIGMA
+def location_var_factor(rounds: float) -> float:
+    """Variance of `run_location` of n normal rounds, in units of the round variance.
+
+    The asymptotic variance of the sample p-quantile, p (1 - p) / (n phi(z_p)^2), at the
+    order statistic's p = (index + 1) / (n + 1); about 0.8 for 2 rounds, 0.4 for 5. Only the
+    difference between the baseline's and the current run's round counts uses it.
+    """
+    n = max(1, round(rounds))
+    p = ((n - 1) // 3 + 1) / (n + 1)
+    z = t_ppf(p, math.inf)
+    density = math.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
+    return p * (1.0 - p) / (n * density * density) if 0.0 < normal_cdf(z) < 1.0 else 1.0
 
 
 @dataclass(frozen=True)
@@ -69,7 +100,10 @@ class RunEffects:
     var: float
 
 
-def estimate_run_effects(log_medians: Sequence[Sequence[float | None]]) -> RunEffects:
+def estimate_run_effects(
+    log_medians: Sequence[Sequence[float | None]],
+    current: Sequence[float | None] | None = None,
+) -> RunEffects:
     """Estimate each run's suite-wide effect from a runs x benchmarks table of log medians.
 
     Rows are runs, columns benchmarks (None = that run lacks it). For each benchmark with at
@@ -90,21 +124,19 @@ def estimate_run_effects(log_medians: Sequence[Sequence[float | None]]) -> RunEf
         column = [row[b] for row in log_medians if b < len(row) and row[b] is not None]
         present = [v for v in column if v is not None]
         levels.append(statistics.median(present) if len(present) >= 3 else None)
-    raw: list[float | None] = []
-    for row in log_medians:
-        devs = [
-            v - lvl
-            for v, lvl in zip(row, levels, strict=False)
-            if v is not None and lvl is not None
-        ]
-        raw.append(statistics.median(devs) if len(devs) >= MIN_BENCHMARKS_FOR_RUN_EFFECT else None)
+    raw = [_effect(row, levels) for row in log_medians]
     known = [e for e in raw if e is not None]
     if len(known) < 3:
         return RunEffects(tuple(0.0 for _ in raw), 0.0)
     # A lasting suite-wide shift (a merged regression, a new machine image) is a level, not a
     # run effect: centre each run on the median of its segment between suite-wide steps, so
     # that only what is peculiar to one run (or two in a row) is removed.
-    bounds = [0, *(s.index for s in detect_steps(known, min_rel_step=0.01)), len(known)]
+    cuts = [s.index for s in detect_steps(known, min_rel_step=0.01)]
+    current_effect = _effect(current, levels) if current is not None else None
+    tail = recent_level_start(known, current_effect)
+    if tail is not None and (not cuts or tail > cuts[-1]):
+        cuts.append(tail)
+    bounds = [0, *cuts, len(known)]
     centred: list[float] = []
     for lo, hi in itertools.pairwise(bounds):
         segment = known[lo:hi]
@@ -113,6 +145,13 @@ def estimate_run_effects(log_medians: Sequence[Sequence[float | None]]) -> RunEf
     it = iter(centred)
     offsets = tuple(0.0 if e is None else next(it) for e in raw)
     return RunEffects(offsets, robust_sd(centred) ** 2)
+
+
+def _effect(row: Sequence[float | None], levels: Sequence[float | None]) -> float | None:
+    devs = [
+        v - lvl for v, lvl in zip(row, levels, strict=False) if v is not None and lvl is not None
+    ]
+    return statistics.median(devs) if len(devs) >= MIN_BENCHMARKS_FOR_RUN_EFFECT else None
 
 
 def within_run_var(logs: Sequence[float]) -> float | None:
@@ -126,12 +165,13 @@ def within_run_var(logs: Sequence[float]) -> float | None:
 class NoiseEstimate:
     """The noise of one benchmark's metric on one machine (log scale; module docstring).
 
-    baseline_log: the level (mean of adjusted log run medians, outliers dropped).
-    run_var: tau^2, the variance of one adjusted run median, shrunk toward the prior.
+    baseline_log: the level (mean of the adjusted log run locations of the current level).
+    run_var: tau^2, the variance of one adjusted run location, shrunk toward the prior.
     within_var: sigma_w^2, the pooled robust round-to-round variance inside a run.
-    between_var: what of tau^2 is not explained by within-run noise of the median.
+    between_var: what of tau^2 is not explained by within-run noise of the location.
     run_effect_var: var_e, the suite-wide run effect (the current run carries it).
-    runs: baseline runs used; dropped: runs dropped as outliers; df: t degrees of freedom.
+    runs: baseline runs used; dropped: runs set aside as lone bursts; df: t degrees of freedom.
+    level_runs: runs behind the level (= runs, or the newest 1-4 after a short new level).
     """
 
     baseline_log: float
@@ -143,6 +183,7 @@ class NoiseEstimate:
     runs: int
     dropped: int
     df: float
+    level_runs: int = 0
 
     @property
     def between_cv(self) -> float:
@@ -154,36 +195,44 @@ class NoiseEstimate:
         """Round-to-round coefficient of variation inside a run."""
         return math.sqrt(self.within_var)
 
-    def current_var(self, rounds: float, repeats: int) -> float:
-        """Variance of the current level: `repeats` pooled runs of `rounds` rounds each.
+    @property
+    def short_level(self) -> bool:
+        """True when the level is main's new level of its newest 1-4 runs only."""
+        return 0 < self.level_runs < self.runs
 
-        Each pooled run brings its own run effect and between-run noise, so all three parts
-        shrink with the number of runs pooled.
+    def current_var(self, rounds: float, repeats: int) -> float:
+        """Variance of the current level: the mean of `repeats` runs of `rounds` rounds each.
+
+        The run is the unit: one run location varies by tau^2 (learned from the baseline at
+        its round count), corrected for a different round count through the within-run part;
+        the suite-wide run effect is added, and the sum shrinks with the runs pooled.
         """
-        within = KAPPA_MEDIAN * self.within_var / rounds if rounds > 0 else 0.0
+        within = location_var_factor(rounds) * self.within_var if rounds > 0 else 0.0
         return (self.between_var + self.run_effect_var + within) / repeats
 
     @property
     def baseline_var(self) -> float:
-        """Variance of the baseline level (mean of `runs` adjusted run medians)."""
-        return self.run_var / self.runs
+        """Variance of the baseline level (mean of the level's adjusted run locations)."""
+        return self.run_var / max(1, self.level_runs or self.runs)
 
 
 @dataclass(frozen=True)
 class Prior:
-    """The prior on the run-to-run CV and how many runs it is worth (>= 1)."""
+    """The prior on the run-to-run variance and how many runs it is worth (>= 1).
+
+    run_cv: the configured run-to-run CV (2 % is typical on a quiet CPU).
+    weight_runs: what the prior is worth, in runs.
+    suite_run_var: the machine's typical run-location variance learned from the whole suite
+        (`levels.suite_run_var` / `cross_suite_run_var`); a floor for the prior, so that a
+        machine noisier than `run_cv` is not judged with the prior's optimism.
+    suite_weight_runs: what the suite's estimate is worth, in runs (only used when it comes
+        from the cross-suite spread, with a single baseline run; 0 otherwise).
+    """
 
     run_cv: float = 0.02
     weight_runs: float = 2.0
-
-
-def keep_mask(values: Sequence[float]) -> list[bool]:
-    """Which values to keep: all below 5 values, else those within OUTLIER_SDS robust SDs."""
-    if len(values) < 5:
-        return [True] * len(values)
-    med = statistics.median(values)
-    limit = OUTLIER_SDS * max(robust_sd(values), _SD_FLOOR)
-    return [abs(v - med) <= limit for v in values]
+    suite_run_var: float | None = None
+    suite_weight_runs: float = 0.0
 
 
 def estimate_noise(
@@ -191,15 +240,18 @@ def estimate_noise(
     prior: Prior,
     offsets: Sequence[float] | None = None,
     run_effect_var: float = 0.0,
+    current_log: float | None = None,
 ) -> NoiseEstimate:
     """Fit the model to one series' baseline runs (each a non-empty tuple of positive values).
 
-    `offsets` (log, one per run; zeros when None) are the runs' suite-wide effects, removed
-    first. Runs whose adjusted median is an outlier (`keep_mask`) are dropped. Then: the level
-    is the mean of the kept adjusted medians; sigma_w^2 is pooled over kept runs with >= 3
-    rounds; tau^2 = (nu0 * prior + (k - 1) * sample variance) / (nu0 + k - 1) with
-    prior = log1p(run_cv)^2 + kappa * sigma_w^2 / n; sigma_b^2 = max(0, tau^2 -
-    kappa * sigma_w^2 / n); df = nu0 + k - 1 for k kept runs.
+    Each run is summarised by its log `run_location`, less its suite-wide effect (`offsets`,
+    log, zeros when None). Lone bursts are set aside (`levels.keep_mask`). When the newest
+    1-4 kept runs form a new level (`levels.recent_level_start`, `current_log` deciding for a
+    single run), the level is their mean and the sample variance is pooled within the two
+    levels (df k - 2); else the level is the mean of all kept runs (df k - 1). Then
+    tau^2 = (nu0 * prior + df_s * sample variance) / (nu0 + df_s), with prior =
+    max(log1p(run_cv)^2 + f(n) sigma_w^2, suite_run_var) and nu0 = max(weight_runs,
+    suite_weight_runs); sigma_w^2 is pooled over kept runs with >= 3 rounds; df = nu0 + df_s.
     """
     if not baseline:
         raise ValueError("estimate_noise needs at least one baseline run")
@@ -207,26 +259,58 @@ def estimate_noise(
     if len(offs) != len(baseline):
         raise ValueError(f"{len(offs)} offsets for {len(baseline)} baseline runs")
     logs = [[math.log(v) - o for v in run] for run, o in zip(baseline, offs, strict=True)]
-    medians = [statistics.median(run) for run in logs]
-    keep = keep_mask(medians)
-    kept_logs = [run for run, k in zip(logs, keep, strict=True) if k]
-    kept = [m for m, k in zip(medians, keep, strict=True) if k]
-    k = len(kept)
+    locations = [math.log(run_location(run)) - o for run, o in zip(baseline, offs, strict=True)]
+    keep = keep_mask(locations)
+    k = len(locations)
+    start = recent_level_start(locations, current_log) or 0
+    # A lone burst is set aside from the level (the mean) but not from the spread: the current
+    # run is judged by the same rule, so a state the baseline has seen, even once, is noise.
+    centres = [
+        statistics.fmean([v for v, kp in zip(locations[a:b], keep[a:b], strict=True) if kp])
+        for a, b in ((0, start), (start, k))
+        if b > a
+    ]
+    segments = [seg for seg in (locations[:start], locations[start:]) if seg]
+    sum_sq = sum(sum((v - c) ** 2 for v in seg) for seg, c in zip(segments, centres, strict=True))
+    df_sample = k - len(segments)
+    kept_logs = logs
     withins = [w for w in (within_run_var(run) for run in kept_logs) if w is not None]
     within = statistics.fmean(withins) if withins else 0.0
     n_bar = statistics.fmean(len(run) for run in kept_logs)
-    nu0 = prior.weight_runs
-    prior_tau2 = math.log1p(prior.run_cv) ** 2 + KAPPA_MEDIAN * within / n_bar
-    sample_tau2 = statistics.variance(kept) if k >= 2 else 0.0
-    tau2 = (nu0 * prior_tau2 + (k - 1) * sample_tau2) / (nu0 + k - 1)
+    within_part = location_var_factor(n_bar) * within
+    prior_tau2 = math.log1p(prior.run_cv) ** 2 + within_part
+    if prior.suite_run_var is not None:
+        prior_tau2 = max(prior_tau2, prior.suite_run_var)
+    nu0 = max(prior.weight_runs, prior.suite_weight_runs)
+    sample_tau2 = sum_sq / df_sample if df_sample > 0 else 0.0
+    tau2 = (nu0 * prior_tau2 + df_sample * sample_tau2) / (nu0 + df_sample)
     return NoiseEstimate(
-        baseline_log=statistics.fmean(kept),
+        baseline_log=centres[-1],
         run_var=tau2,
         within_var=within,
-        between_var=max(0.0, tau2 - KAPPA_MEDIAN * within / n_bar),
+        between_var=max(0.0, tau2 - within_part),
         run_effect_var=run_effect_var,
         rounds_per_run=n_bar,
         runs=k,
-        dropped=len(medians) - k,
-        df=nu0 + k - 1,
+        dropped=keep.count(False),
+        df=nu0 + df_sample,
+        level_runs=k - start,
     )
+
+
+def kept_locations(
+    baseline: Sequence[Sequence[float]], offsets: Sequence[float] | None = None
+) -> list[float]:
+    """Adjusted log run locations, lone bursts left out, each less its level's centre (a short
+    new level of the newest runs is its own level), for the suite's noise floor."""
+    offs = list(offsets) if offsets is not None else [0.0] * len(baseline)
+    locations = [math.log(run_location(run)) - o for run, o in zip(baseline, offs, strict=True)]
+    start = recent_level_start(locations) or 0
+    out: list[float] = []
+    for a, b in ((0, start), (start, len(locations))):
+        seg = locations[a:b]
+        kept = [v for v, k in zip(seg, keep_mask(seg), strict=True) if k]
+        if kept:
+            centre = statistics.fmean(kept)
+            out += [v - centre for v in kept]
+    return out

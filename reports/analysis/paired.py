@@ -31,15 +31,23 @@ degrees of freedom, and combines the degrees of freedom by Welch-Satterthwaite. 
 the
 history gate.
 
+Checks beyond the paired estimate: neighbouring pairs share a machine state, so the error is
+inflated for lag-1 correlation (`correlated_estimate`); a run whose pairs disagree wildly or
+whose ratio shifts mid-run is unstable (`instability`) and not judged; the p90 of the paired
+ratios (`ratio_quantile`) is reported beside the trimmed mean, which hides intermittent stalls;
+`--interleave process` carries a run-level term (`PROCESS_INTERLEAVE_CV`).
+
 Deliberately not here: files (`reports.ab`), the decision rule (`reports.analysis.decision`).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from reports.analysis.changepoints import detect_steps
 from reports.analysis.decision import Evidence
 
 TRIM = 0.2
@@ -120,3 +128,90 @@ def paired_estimate(
 ) -> PairedEstimate:
     """`trimmed_estimate` of the paired log-ratios of two sides' rounds of one benchmark."""
     return trimmed_estimate(log_ratios(base_s, head_s), trim)
+
+
+#: Pairs whose log-ratio lies this far from the median (1.5x apart) disagree wildly.
+WILD_LOG_RATIO = math.log(1.5)
+#: A run is unstable when at least this share of its pairs disagree wildly.
+WILD_SHARE = 0.05
+#: A step of at least this size in the log-ratios (one side changed regime mid-run) is
+#: unstable (a real difference between the sides shifts every pair alike: no step).
+REGIME_STEP = 0.15
+#: The run-level term of `--interleave process` (one side's process, then the other's): two
+#: processes' whole-run states differ (frequency, placement, layout), 2 % each in A/A runs.
+PROCESS_INTERLEAVE_CV = 0.03
+
+
+def lag1_correlation(diffs: Sequence[float]) -> float:
+    """Lag-1 autocorrelation of the pairs' log-ratios in time order, clipped to [0, 0.9].
+
+    Neighbouring pairs share a machine state (a slow minute spans several rounds), which makes
+    the trimmed mean's error larger than independent pairs would give. The estimate is
+    corrected for its small-sample bias (-(1 + 3 rho) / n, Marriott-Pope) before clipping.
+    """
+    n = len(diffs)
+    if n < 8:
+        return 0.0
+    mean = sum(diffs) / n
+    dev = [d - mean for d in diffs]
+    var = sum(x * x for x in dev)
+    if var == 0:
+        return 0.0
+    rho = sum(a * b for a, b in itertools.pairwise(dev)) / var
+    rho += (1.0 + 3.0 * max(rho, 0.0)) / n
+    return min(0.9, max(0.0, rho))
+
+
+def correlated_estimate(diffs: Sequence[float], trim: float = TRIM) -> PairedEstimate:
+    """`trimmed_estimate` with its standard error inflated for lag-1 correlation.
+
+    For AR(1) pairs with correlation rho the variance of a mean grows by (1 + rho) / (1 - rho);
+    the degrees of freedom shrink by the same factor (the effective number of pairs).
+    """
+    est = trimmed_estimate(diffs, trim)
+    rho = lag1_correlation(diffs)
+    if rho == 0.0:
+        return est
+    inflation = (1.0 + rho) / (1.0 - rho)
+    return PairedEstimate(
+        pairs=est.pairs,
+        log_ratio=est.log_ratio,
+        se=est.se * math.sqrt(inflation),
+        df=max(1.0, est.df / inflation),
+        trimmed_each_end=est.trimmed_each_end,
+    )
+
+
+def instability(diffs: Sequence[float]) -> str:
+    """Why the pairs of one benchmark cannot be judged, or "" when they are stable.
+
+    - wildly disagreeing pairs: at least `WILD_SHARE` of them 1.5x or more from the median
+      log-ratio (intermittent stalls on one side, a neighbour taking a core now and then);
+    - a regime shift: a step of `REGIME_STEP` or more in the log-ratios over time (one side's
+      rounds jumped mid-run while the other's did not).
+    """
+    n = len(diffs)
+    if n < MIN_PAIRS:
+        return ""
+    ordered = sorted(diffs)
+    median = ordered[n // 2] if n % 2 else 0.5 * (ordered[n // 2 - 1] + ordered[n // 2])
+    wild = sum(abs(d - median) >= WILD_LOG_RATIO for d in diffs)
+    if wild >= max(2, math.ceil(WILD_SHARE * n)):
+        return f"unstable run: {wild} of {n} pairs 1.5x or more apart from the rest"
+    steps = [s for s in detect_steps(diffs, min_rel_step=REGIME_STEP) if n >= 6]
+    if steps:
+        s = steps[-1]
+        return (
+            f"unstable run: the ratio shifted {s.rel_change:+.0%} at pair {s.index + 1} of {n} "
+            "(a regime change on one side)"
+        )
+    return ""
+
+
+def ratio_quantile(diffs: Sequence[float], q: float) -> float:
+    """The q-quantile of the paired ratios head/base (nearest rank): the tail a trimmed mean
+    hides (p90 shows intermittent stalls)."""
+    if not diffs:
+        raise ValueError("ratio_quantile needs at least one pair")
+    ordered = sorted(diffs)
+    return math.exp(ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))])

@@ -38,7 +38,13 @@ from typing import Literal
 
 from reports.analysis import decision
 from reports.analysis.changepoints import Step, detect_steps
-from reports.analysis.noise_model import Prior, estimate_noise
+from reports.analysis.levels import (
+    cross_suite_run_var,
+    cross_suite_weight_runs,
+    run_location,
+    suite_run_var,
+)
+from reports.analysis.noise_model import Prior, estimate_noise, kept_locations
 
 VerdictName = Literal["fail", "pass", "inconclusive", "improved", "new", "missing"]
 MetricKind = Literal["timing", "scalar", "exact"]
@@ -160,8 +166,8 @@ class Verdict:
         return self.verdict != "new"
 
 
-def _log_median(values: Sequence[float]) -> float:
-    return math.log(statistics.median(values))
+def _log_location(values: Sequence[float]) -> float:
+    return math.log(run_location(values))
 
 
 def _adjusted(series: MetricSeries) -> list[tuple[float, ...]]:
@@ -186,18 +192,21 @@ def baseline_start(
     runs = baseline[start:]
     if not config.baseline_after_step or len(runs) < 2 * config.min_runs_after_step:
         return start, None
-    steps = detect_steps([_log_median(r) for r in runs], min_rel_step=config.threshold / 2)
+    steps = detect_steps([_log_location(r) for r in runs], min_rel_step=config.threshold / 2)
     if not steps or len(runs) - steps[-1].index < config.min_runs_after_step:
         return start, None
     return start + steps[-1].index, steps[-1]
 
 
-def judge_noisy(series: MetricSeries, config: AnalysisConfig) -> Verdict:
+def judge_noisy(
+    series: MetricSeries, config: AnalysisConfig, prior: Prior | None = None
+) -> Verdict:
     """Verdict of a timing or scalar series before the suite-wide correction.
 
     `new`/`missing` as in the module docstring; otherwise the evidence (log_ratio, se, df),
     the raw one-sided p-values and the baseline figures, with a provisional verdict `pass`
-    that `apply_holm` finalizes.
+    that `apply_holm` finalizes. `prior` (default: the configured one) carries the suite's
+    noise floor (`suite_prior`).
     """
     threshold = config.threshold_for(series.metric)
     base = Verdict(series.machine_id, series.fullname, series.metric, series.kind, "new", threshold)
@@ -211,12 +220,30 @@ def judge_noisy(series: MetricSeries, config: AnalysisConfig) -> Verdict:
         )
     first, cut = baseline_start(_adjusted(series), config)
     offsets = (series.baseline_offsets or (0.0,) * len(series.baseline))[first:]
-    noise = estimate_noise(series.baseline[first:], config.prior, offsets, series.run_effect_var)
+    current_runs = (*series.current_repeats, series.current) if series.current else ()
+    # The run is the unit: each current run summarised like a baseline run, then averaged.
+    current_log = (
+        statistics.fmean(_log_location(run) for run in current_runs) if current_runs else None
+    )
+    noise = estimate_noise(
+        series.baseline[first:],
+        prior or config.prior,
+        offsets,
+        series.run_effect_var,
+        current_log,
+    )
     notes = []
     if cut is not None:
         notes.append(f"baseline: {noise.runs} runs since a {cut.rel_change:+.1%} step")
+    if noise.short_level:
+        notes.append(
+            f"baseline: main's new level of its newest {noise.level_runs} run(s) "
+            "(a short level: wider interval)"
+        )
     if noise.dropped:
-        notes.append(f"{noise.dropped} outlier baseline run(s) left out")
+        notes.append(
+            f"{noise.dropped} lone burst baseline run(s) left out of the level, kept in the spread"
+        )
     base = replace(
         base,
         baseline_value=math.exp(noise.baseline_log),
@@ -225,13 +252,9 @@ def judge_noisy(series: MetricSeries, config: AnalysisConfig) -> Verdict:
         within_cv=noise.within_cv,
         note="; ".join(notes),
     )
-    if series.current is None:
+    if series.current is None or current_log is None:
         return replace(base, verdict="missing")
-    current_runs = (*series.current_repeats, series.current)
     n_cur = statistics.fmean(len(run) for run in current_runs)
-    # The median of all current rounds pooled: like a run median, robust to outlier rounds
-    # (a mean of run medians lets one run with two slow rounds out of five move the result).
-    current_log = _log_median([x for run in current_runs for x in run])
     se = math.sqrt(noise.current_var(n_cur, len(current_runs)) + noise.baseline_var)
     d = current_log - noise.baseline_log
     worse = -d if series.higher_is_better else d
@@ -307,10 +330,48 @@ def judge_exact(series: MetricSeries, config: AnalysisConfig) -> Verdict:
     )
 
 
+def suite_prior(series: Sequence[MetricSeries], config: AnalysisConfig) -> dict[str, Prior]:
+    """The prior per machine: the configured one with the machine's noise as its floor.
+
+    Over a machine's timing series, `levels.suite_run_var` of their kept adjusted baseline
+    locations; when most series have a single baseline run (a second run of one commit), the
+    spread of current-minus-baseline differences across the suite instead
+    (`levels.cross_suite_run_var`), worth `cross_suite_weight_runs` runs.
+    """
+    out: dict[str, Prior] = {}
+    for machine in dict.fromkeys(s.machine_id for s in series):
+        timings = [
+            s for s in series if s.machine_id == machine and s.kind == "timing" and s.baseline
+        ]
+        per_series = []
+        for s in timings:
+            if len(s.baseline) >= 2:
+                first, _ = baseline_start(_adjusted(s), config)  # the window the verdict uses
+                offsets = s.baseline_offsets[first:] if s.baseline_offsets else None
+                per_series.append(kept_locations(s.baseline[first:], offsets))
+        floor = suite_run_var(per_series)
+        weight = 0.0
+        singles = [s for s in timings if len(s.baseline) == 1 and s.current]
+        if floor is None and len(singles) > len(per_series):
+            diffs = [
+                _log_location(s.current) - _log_location(s.baseline[0])
+                for s in singles
+                if s.current
+            ]
+            floor = cross_suite_run_var(diffs)
+            weight = cross_suite_weight_runs(len(diffs)) if floor is not None else 0.0
+        out[machine] = replace(config.prior, suite_run_var=floor, suite_weight_runs=weight)
+    return out
+
+
 def judge_suite(series: Sequence[MetricSeries], config: AnalysisConfig) -> list[Verdict]:
     """Verdicts for every series of a suite, Holm applied across all noisy metrics together."""
+    priors = suite_prior(series, config)
     provisional = [
-        judge_exact(s, config) if s.kind == "exact" else judge_noisy(s, config) for s in series
+        judge_exact(s, config)
+        if s.kind == "exact"
+        else judge_noisy(s, config, priors.get(s.machine_id))
+        for s in series
     ]
     return apply_holm(provisional, config)
 

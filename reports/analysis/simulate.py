@@ -29,6 +29,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from reports.analysis.levels import run_location
 from reports.analysis.noise_model import estimate_run_effects
 from reports.analysis.series import AnalysisConfig, MetricSeries, judge_suite
 
@@ -48,6 +49,9 @@ class SimulationConfig:
     seed: int = 1
     current_runs: int = 1
     suite_run_cv: float = 0.01
+    #: Degrees of freedom of the Student-t round noise (inf = log-normal; 3 = heavy tails);
+    #: the run effects stay log-normal.
+    round_tail_df: float = math.inf
 
 
 @dataclass(frozen=True)
@@ -63,13 +67,25 @@ class ScenarioResult:
 GATES = ("phasebench", "compare-fail mean:5%", "compare-fail mean:10%")
 
 
-def _run(
+def _noise(rng: random.Random, cv: float, tail_df: float) -> float:
+    """One log-scale draw of standard deviation ~log1p(cv): normal, or Student t (heavy tails)."""
+    sd = math.log1p(cv)
+    if math.isinf(tail_df):
+        return rng.gauss(0.0, sd)
+    # t(df) scaled to unit variance: Z / sqrt(V / df) * sqrt((df - 2) / df)
+    chi2 = 2.0 * rng.gammavariate(tail_df / 2.0, 1.0)
+    t = rng.gauss(0.0, 1.0) / math.sqrt(chi2 / tail_df)
+    return sd * t * math.sqrt((tail_df - 2.0) / tail_df) if tail_df > 2 else sd * t
+
+
+def draw_run(
     rng: random.Random, level_s: float, sim: SimulationConfig, suite_effect: float
 ) -> tuple[float, ...]:
+    """One run's rounds (seconds) of a benchmark at `level_s` in a run with `suite_effect`."""
     run_effect = suite_effect + rng.gauss(0.0, math.log1p(sim.run_cv))
     rounds = []
     for _ in range(sim.rounds):
-        value = level_s * math.exp(run_effect + rng.gauss(0.0, math.log1p(sim.round_cv)))
+        value = level_s * math.exp(run_effect + _noise(rng, sim.round_cv, sim.round_tail_df))
         if rng.random() < sim.outlier_prob:
             value *= rng.uniform(1.5, 3.0)
         rounds.append(value)
@@ -85,15 +101,19 @@ def simulate_suite(
     base_effects = [rng.gauss(0.0, sd) for _ in range(sim.baseline_runs)]
     cur_effects = [rng.gauss(0.0, sd) for _ in range(sim.current_runs)]
     levels = [math.exp(rng.uniform(math.log(1e-3), math.log(2.0))) for _ in range(sim.benchmarks)]
-    baselines = [tuple(_run(rng, lv, sim, e) for e in base_effects) for lv in levels]
+    baselines = [tuple(draw_run(rng, lv, sim, e) for e in base_effects) for lv in levels]
     # the gate removes each baseline run's suite-wide effect, estimated over all benchmarks
+    currents = [
+        [draw_run(rng, lv * (1.0 + slowdown if b in slowed else 1.0), sim, e) for e in cur_effects]
+        for b, lv in enumerate(levels)
+    ]
     effects = estimate_run_effects(
-        [[math.log(statistics.median(b[r])) for b in baselines] for r in range(sim.baseline_runs)]
+        [[math.log(run_location(b[r])) for b in baselines] for r in range(sim.baseline_runs)],
+        [math.log(run_location(c[-1])) for c in currents],
     )
     series: list[MetricSeries] = []
-    for b, level in enumerate(levels):
-        factor = 1.0 + slowdown if b in slowed else 1.0
-        runs = [_run(rng, level * factor, sim, e) for e in cur_effects]
+    for b in range(len(levels)):
+        runs = currents[b]
         series.append(
             MetricSeries(
                 "sim",

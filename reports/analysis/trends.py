@@ -14,7 +14,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from reports.analysis.changepoints import detect_steps
+from reports.analysis.changepoints import detect_steps_detrended
 from reports.analysis.metrics import SCALAR_TIMINGS, primary_metric
 from reports.analysis.series import Verdict, VerdictName
 from reports.history.load import Run
@@ -97,7 +97,8 @@ def _steps_for(
     points = [(i, v) for i, v in enumerate(values) if v is not None and v > 0]
     if len(points) < 6:
         return []
-    found = detect_steps([math.log(v) for _, v in points])
+    # detrended: slow drift is named as drift (`flags.drift`), not drawn as a staircase
+    found = detect_steps_detrended([math.log(v) for _, v in points])
     marks = []
     for step in found:
         run_index = points[step.index][0]

@@ -23,6 +23,7 @@ from typing import Any
 
 import jinja2
 
+from reports.analysis.flags import implausible
 from reports.analysis.series import Verdict
 from reports.render.report import MachineReport, Report
 from reports.render.roofline import RooflineChart
@@ -296,6 +297,7 @@ def verdict_json(report: Report) -> dict[str, Any]:
                     "within_run_cv": v.within_cv,
                     "note": v.note,
                     "stack_change": v.stack_change,
+                    "implausible": implausible(v),
                 }
             )
     return {
@@ -319,6 +321,19 @@ def verdict_json(report: Report) -> dict[str, Any]:
                     for c in m.stack_change
                 ],
                 "removed_cells": list(m.removed),
+                "busy_cpu_pct": m.busy_cpu_pct,
+                "suite_drift": m.suite_drift,
+                "drift": [
+                    {
+                        "fullname": d.fullname,
+                        "metric": d.metric,
+                        "rel_change": d.drift.rel_change,
+                        "slope_per_run": d.drift.slope_per_run,
+                        "runs": d.drift.runs,
+                        "since_commit": d.since_commit,
+                    }
+                    for d in m.drifts
+                ],
             }
             for m in report.machines
         ],

@@ -15,6 +15,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from reports.analysis.flags import (
+    DriftRow,
+    busy_reason,
+    comparison_drift,
+    implausible,
+    implausible_text,
+    mark_busy,
+    run_busy_pct,
+    suite_drift,
+)
 from reports.analysis.metrics import comparison_series, removed_cells
 from reports.analysis.series import (
     VERDICT_ORDER,
@@ -50,7 +60,7 @@ from reports.render.tables import (
     roofline_rows,
 )
 
-Status = Literal["fail", "pass", "no-baseline", "error"]
+Status = Literal["fail", "pass", "inconclusive", "no-baseline", "error"]
 
 
 @dataclass(frozen=True)
@@ -92,6 +102,19 @@ class MachineReport:
     run_ticks: tuple[str, ...] = ()
     stack_x: tuple[tuple[int, str], ...] = ()
     runmodes: tuple[RunModeTable, ...] = ()  # current run's decode by attention x cache x compile
+    busy_cpu_pct: float | None = None  # other processes' CPU share when the run was disturbed
+    drifts: tuple[DriftRow, ...] = ()  # benchmarks that crept beyond the threshold
+    suite_drift: float | None = None  # the suite-wide creep, when most benchmarks drifted
+
+    @property
+    def busy_text(self) -> str:
+        """ "machine busy (other processes used 40 % of the CPU)", or "" when quiet."""
+        return busy_reason(self.busy_cpu_pct) if self.busy_cpu_pct is not None else ""
+
+    @property
+    def implausible(self) -> list[Verdict]:
+        """Timed changes of 3x or more either way: for a human to check."""
+        return [v for v in self.verdicts if implausible(v)]
 
     @property
     def counts(self) -> dict[VerdictName, int]:
@@ -177,10 +200,12 @@ def build_machine(
     verdicts: Sequence[Verdict],
     max_points: int,
     max_runs: int | None = None,
+    threshold: float = 0.05,
 ) -> MachineReport:
     """The `MachineReport` of one comparison given its (already Holm-corrected) verdicts."""
     trend_list, steps = trends(comparison, verdicts, max_points)
     current = comparison.current
+    drift_rows = comparison_drift(comparison, threshold)
     return MachineReport(
         machine_id=comparison.machine_id,
         label=comparison.machine_label,
@@ -203,11 +228,33 @@ def build_machine(
         methodology=_methodology(current, comparison),
         roofline=RooflineChart.from_benchmarks(current.benchmarks.values()),
         stack_change=comparison.stack_change,
+        busy_cpu_pct=run_busy_pct(current),
+        drifts=tuple(drift_rows),
+        suite_drift=suite_drift(drift_rows, len(current.benchmarks)),
         stack_marks=comparison.stack_marks,
         removed=tuple(removed_cells(comparison, max_runs)),
         partial=current.partial,
         runmodes=tuple(comparison_tables(current.benchmarks.values())),
     )
+
+
+def attention_lines(machine: MachineReport) -> list[str]:
+    """BUSY, IMPLAUSIBLE and DRIFT lines of one machine: what a human must look at."""
+    lines = []
+    if machine.busy_text:
+        lines.append(f"BUSY {machine.machine_id}: {machine.busy_text}: not judged as quiet")
+    for v in machine.implausible:
+        lines.append(
+            f"IMPLAUSIBLE {v.fullname} {v.metric}: {implausible_text(v)} [{machine.machine_id}]"
+        )
+    for row in machine.drifts:
+        lines.append(f"DRIFT {row.fullname} {row.metric}: {row.text} [{machine.machine_id}]")
+    if machine.suite_drift is not None:
+        lines.append(
+            f"DRIFT suite-wide {machine.machine_id}: median {machine.suite_drift:+.1%} "
+            "over the window"
+        )
+    return lines
 
 
 def _sort_key(v: Verdict) -> tuple[int, float]:
@@ -220,14 +267,18 @@ def _status(
     counts: Mapping[VerdictName, int],
     verdicts: Sequence[Verdict],
 ) -> tuple[Status, str]:
-    if not machines:
-        return "error", "no current run to judge"
-    if suspect_current:
-        return "error", f"{len(suspect_current)} unreadable file(s) may be the current run"
+    if not machines or suspect_current:
+        return "error", (
+            "no current run to judge"
+            if not machines
+            else f"{len(suspect_current)} unreadable file(s) may be the current run"
+        )
     stack = "; ".join(f"stack changed: {m.stack_change_text}" for m in machines if m.stack_change)
     suffix = f" ({stack})" if stack else ""
     if counts["fail"] or counts["missing"]:
         parts = []
+        if odd := _implausible(machines):
+            parts.append(f"{len(odd)} implausible change(s) to check")
         if counts["fail"]:
             parts.append(f"{counts['fail']} regression(s) beyond threshold and noise")
         if counts["missing"]:
@@ -235,7 +286,26 @@ def _status(
         return "fail", "; ".join(parts) + suffix
     if not any(v.compared for v in verdicts):
         return "no-baseline", "nothing was compared: no baseline run has these benchmarks"
-    return "pass", "no regression beyond threshold and noise" + suffix
+    busy = "; ".join(f"{m.machine_id}: {m.busy_text}" for m in machines if m.busy_text)
+    if busy:
+        return "inconclusive", (
+            f"the run was disturbed, {busy}: nothing judged as if quiet; re-run on a quiet "
+            "machine" + suffix
+        )
+    noisy = [v for v in verdicts if v.compared and v.kind != "exact"]
+    if noisy and all(v.verdict == "inconclusive" for v in noisy):
+        return "inconclusive", (
+            f"nothing could be decided: all {len(noisy)} timing(s) straddle the threshold; "
+            "decide with more runs (re-run, pool with --rerun) or an A/B run (nox -s ab)" + suffix
+        )
+    extra = [
+        f"{len(odd)} implausible change(s) to check" for odd in [_implausible(machines)] if odd
+    ]
+    return "pass", "; ".join(["no regression beyond threshold and noise", *extra]) + suffix
+
+
+def _implausible(machines: Sequence[MachineReport]) -> list[Verdict]:
+    return [v for m in machines for v in m.implausible]
 
 
 def build_report(
@@ -254,7 +324,11 @@ def build_report(
     Status: `error` when nothing could be judged or a skipped file may be the current run;
     else `fail` when any verdict is `fail` or `missing` (a cell that did not run is not a
     pass); else `no-baseline` when no verdict compared anything (all `new`): neutral, never
-    PASS; else `pass`. Every verdict of a machine whose stack changed names the change.
+    PASS; else `inconclusive` when a machine's current run was busy (`flags.BUSY_CPU_PCT`:
+    its fails and improvements are not decided) or when every noisy verdict compared is
+    `inconclusive` (nothing decided): never PASS; else `pass`. Every verdict of a machine
+    whose stack changed names the change; an implausible change (`flags.implausible`) is
+    named in the reason.
     """
     all_series = [
         (c, s)
@@ -262,9 +336,14 @@ def build_report(
         for s in comparison_series(c, config.max_baseline_runs)
     ]
     changes = {c.machine_id: c.stack_change_text for c in selection.comparisons}
+    busy = {
+        c.machine_id: pct
+        for c in selection.comparisons
+        if (pct := run_busy_pct(c.current)) is not None
+    }
     verdicts = [
         replace(v, stack_change=changes.get(v.machine_id, ""))
-        for v in judge_suite([s for _, s in all_series], config)
+        for v in mark_busy(judge_suite([s for _, s in all_series], config), busy)
     ]
     per_machine: dict[str, list[Verdict]] = {}
     for v in verdicts:
@@ -275,6 +354,7 @@ def build_report(
             sorted(per_machine.get(c.machine_id, []), key=_sort_key),
             max_points,
             config.max_baseline_runs,
+            config.threshold,
         )
         for c in selection.comparisons
     )

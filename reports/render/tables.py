@@ -143,6 +143,7 @@ class NowRow:
     peak_memory_bytes: float | None
     prefill_pct_of_peak: float | None
     decode_pct_of_peak: float | None
+    peak_source: str = "n/a"  # extra_info.peak_source: whose peak the % is of (roofline code)
 
 
 def now_axes(rows: Sequence[NowRow]) -> tuple[str, ...]:
@@ -186,6 +187,14 @@ def now_rows(run: Run) -> list[NowRow]:
                 peak_memory_bytes=peaks[0] if peaks else None,
                 prefill_pct_of_peak=_first(extras, "prefill_pct_of_peak_flops"),
                 decode_pct_of_peak=_first(extras, "decode_pct_of_peak_bandwidth"),
+                peak_source=next(
+                    (
+                        str(e["peak_source"])
+                        for e in extras
+                        if isinstance(e.get("peak_source"), str)
+                    ),
+                    "n/a",
+                ),
             )
         )
     return rows

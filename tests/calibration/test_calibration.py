@@ -220,12 +220,22 @@ def test_a_real_forward_slows_by_about_the_fraction() -> None:
         fn(n)
         return time.perf_counter() - started
 
-    plain_s, wrapped_s = [], []
-    for _ in range(31):
-        plain_s.append(seconds(forward))
-        wrapped_s.append(seconds(wrapped))
-    ratio = min(wrapped_s) / min(plain_s)
-    assert 1.3 < ratio < 1.8, ratio
+    def ratio() -> float:
+        plain_s, wrapped_s = [], []
+        for _ in range(31):
+            plain_s.append(seconds(forward))
+            wrapped_s.append(seconds(wrapped))
+        return min(wrapped_s) / min(plain_s)
+
+    # Up to three tries: a neighbour's burst can stretch every sample of one try (seen at 1.18
+    # and 2.29 under a parallel test run); a wrapper that does not slow, or slows twice, fails
+    # all three.
+    ratios = []
+    for _ in range(3):
+        ratios.append(ratio())
+        if 1.3 < ratios[-1] < 1.8:
+            break
+    assert 1.3 < ratios[-1] < 1.8, ratios
 
 
 # --- the pure analysis ------------------------------------------------------------------------

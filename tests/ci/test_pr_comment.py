@@ -377,6 +377,8 @@ def gate_json(path, status, verdicts=()):
         ("pass", 0, "pass"),
         ("no-baseline", 0, "no-baseline"),
         ("fail", 1, "fail"),
+        ("inconclusive", 3, "inconclusive"),  # nothing could be decided: never a pass
+        ("inconclusive", 0, "error"),
         ("error", 1, "error"),  # through nox: 2 ("cannot judge") arrives as 1
         ("error", 2, "error"),
         ("pass", 1, "error"),  # a pass that exited non-zero: something else broke
@@ -389,6 +391,16 @@ def test_the_status_comes_from_the_json_never_the_exit_code_alone(
 ):
     path = gate_json(tmp_path / "gate.json", status)
     assert verdict.status_from_json(path, exit_code)[0] == expected
+
+
+def test_an_inconclusive_gate_never_passes_and_no_label_accepts_it():
+    assert not verdict.decide("inconclusive", accepted=False)
+    assert not verdict.decide("inconclusive", accepted=True)
+    assert "re-run" in verdict.headline("inconclusive", accepted=False)
+    judgement = verdict.Judgement()
+    judgement.worsen("inconclusive", "shard 1: busy")
+    judgement.worsen("fail", "shard 2: a regression")
+    assert judgement.status == "fail"  # a regression found elsewhere outweighs "undecided"
 
 
 def test_a_missing_or_self_contradicting_json_is_an_error(tmp_path):

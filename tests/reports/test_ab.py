@@ -178,3 +178,15 @@ def test_the_header_names_the_pairs_the_benchmarks_really_had():
     assert pairs_text([*timing, {"kind": "exact", "pairs": 0}]) == "20-100 pairs"
     assert pairs_text([{"kind": "timing", "pairs": 30}] * 2) == "30 pairs"
     assert pairs_text([]) == "no pairs"
+
+
+def test_rejudging_uses_the_recorded_process_term_and_process_interleave_has_a_floor():
+    from reports.ab import process_term  # noqa: PLC0415 - one test's helper
+    from reports.analysis.paired import PROCESS_CV, PROCESS_INTERLEAVE_CV  # noqa: PLC0415
+
+    assert process_term(None, {}) == (PROCESS_CV, "")
+    assert process_term(None, {"judge": {"process_cv": 0.0}}) == (0.0, "")
+    assert process_term(0.02, {"judge": {"process_cv": 0.0}}) == (0.02, "")
+    cv, why = process_term(None, {"interleave": "process", "judge": {"process_cv": 0.0}})
+    assert cv == PROCESS_INTERLEAVE_CV
+    assert "process interleave" in why

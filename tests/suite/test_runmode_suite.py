@@ -104,3 +104,13 @@ def test_the_compiled_cell_records_compile_cost_and_no_compilation_in_its_rounds
     eager = [b for b in benchmarks if b["params"]["compile"] == "none"]
     assert eager
     assert not any("compile_s" in b["extra_info"] for b in eager)
+
+
+def test_compiled_and_eager_cells_all_run_with_flush_to_zero_off(history):
+    """The FP state is pinned around every cell (FTZ/DAZ off, as in a user's process): a
+    compiled cell's code cannot leave it on for the cells that follow it."""
+    _, benchmarks = history
+    assert {b["params"]["compile"] for b in benchmarks} == {"none", "default"}
+    for bench in benchmarks:
+        info = bench["extra_info"]
+        assert (info["flush_denormal"], info["fp_flush_to_zero"]) == (False, False), bench["name"]

@@ -384,6 +384,20 @@ def test_every_timed_record_has_the_warmup_and_thermal_fields(main_run):
             assert all(isinstance(v, JSON_SCALARS) for v in info[key].values())
 
 
+def test_every_timed_record_names_the_fp_state_the_thread_policy_and_the_machines_load(main_run):
+    (run,) = saved_runs(main_run.storage)
+    for bench in run["benchmarks"]:
+        info = bench["extra_info"]
+        # Pinned per cell: FTZ/DAZ off, as in a user's process (benchmarks/harness/device/fpstate).
+        assert info["flush_denormal"] is False, bench["name"]
+        assert 0.0 <= info["other_cpu_pct"] <= 100.0, bench["name"]
+        assert info["torch_num_threads"] >= 1
+        assert (
+            info["omp_wait_policy"] == run["machine_info"]["phasebench"]["stack"]["omp_wait_policy"]
+        )
+    assert "cpu_capability" in run["machine_info"]["phasebench"]["stack"]
+
+
 def test_thread_state_is_recorded_beside_the_fingerprint_and_not_hashed(main_run):
     from benchmarks.harness.device.fingerprint import fingerprint_id  # noqa: PLC0415
 

@@ -2,8 +2,9 @@
 
 Owns `devices` (device and dtype names, `device_sync`, `timed`, memory monitors, the CPU meter),
 `synctimer` (the synchronised clock pytest-benchmark uses), `gpuid` (which GPU this is),
-`cpustate` (CPU load and frequency, other processes' CPU use), `noise` (warm-up until stable,
-thread pinning, thermal state) and `fingerprint` (the machine and stack a run is recorded on).
+`cpustate` (CPU load and frequency, other processes' CPU use), `fpstate` (FTZ/DAZ, pinned per
+cell), `noise` (warm-up until stable, thread pinning, thermal state) and `fingerprint` (the
+machine and stack a run is recorded on).
 The bottom of the library: nothing here knows a model or a cache.
 
 May import: benchmarks.harness.errors, torch, transformers, psutil, pynvml.

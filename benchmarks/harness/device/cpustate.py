@@ -10,6 +10,8 @@
   process may run on, over an interval: system busy time (psutil, per CPU) minus this process's
   own user + system time. The suite's own threads (warmup generations, torch's spinning OpenMP
   workers) never make the machine look busy, which the 1-minute load average cannot tell apart.
+  `OthersCpuMeter` is the same over all the machine's CPUs, in percent: what each benchmark
+  records as `other_cpu_pct` for its timed rounds.
 
 It does not read cache sizes on macOS or Windows (None there) and does not decide what a busy
 machine means for a measurement (peaks.py does).
@@ -184,3 +186,29 @@ class CpuUseMeter:
         wall_s = max(wall1 - wall0, 1e-9)
         others_s = max((busy1 - busy0) - (own1 - own0), 0.0)
         return CpuUse(others_cores=others_s / wall_s, cpus=len(self._cpus), wall_s=wall_s)
+
+
+def machine_cpus() -> list[int]:
+    """Every logical CPU of the machine (not only this process's affinity)."""
+    return list(range(psutil.cpu_count(logical=True) or os.cpu_count() or 1))
+
+
+class OthersCpuMeter:
+    """Other processes' CPU use over an interval, in percent of the whole machine (0-100).
+
+    The figure a benchmark records as `extra_info.other_cpu_pct`: the mean share of the
+    machine's CPU capacity that processes other than this one used between `start()` and
+    `stop_pct()`. Each call reads two counters (`/proc/stat` through psutil and this process's
+    times, ~0.1 ms), so it brackets a benchmark's rounds without touching any single round.
+    """
+
+    def __init__(self, meter: CpuUseMeter | None = None) -> None:
+        self._meter = CpuUseMeter(cpus=machine_cpus()) if meter is None else meter
+
+    def start(self) -> None:
+        """Begin the interval."""
+        self._meter.start()
+
+    def stop_pct(self) -> float:
+        """End the interval: other processes' mean CPU use in % of the machine, in [0, 100]."""
+        return min(max(100.0 * self._meter.stop().others_fraction, 0.0), 100.0)

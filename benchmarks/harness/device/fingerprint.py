@@ -36,6 +36,7 @@ from benchmarks.harness.device.gpuid import torch_cuda_uuid
 
 NOT_APPLICABLE = "n/a"
 UNKNOWN = "unknown"
+UNSET = "unset"  # an environment variable that is not set
 
 ID_FIELDS = (
     "os",
@@ -73,8 +74,27 @@ def machine_fingerprint(device: torch.device | None = None) -> dict[str, str]:
         "transformers": transformers.__version__,
         "python": platform.python_version(),
         "torch_num_threads": str(torch.get_num_threads()),
+        **cpu_kernel_level(),
+        # How OpenMP workers wait between parallel regions (root conftest.py sets PASSIVE unless
+        # the user chose): it decides whether rounds collapse when a neighbour takes a core.
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", UNSET),
     }
     return {key: str(value) for key, value in fingerprint.items()}
+
+
+def cpu_kernel_level() -> dict[str, str]:
+    """The CPU kernels torch dispatches to, and the variables that cap them.
+
+    `cpu_capability` is what ATen chose (`AVX512`, `AVX2`, `DEFAULT`, ...);
+    `ATEN_CPU_CAPABILITY` and `ONEDNN_MAX_CPU_ISA` lower it (an AVX-512 machine run as AVX2, as
+    GitHub's hosted runners are): the same hardware then runs other kernels, several times
+    slower in bfloat16, so they are part of the stack, not of the machine.
+    """
+    return {
+        "cpu_capability": str(torch.backends.cpu.get_cpu_capability()),
+        "aten_cpu_capability": os.environ.get("ATEN_CPU_CAPABILITY", UNSET),
+        "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA", UNSET),
+    }
 
 
 def fingerprint_id(fp: Mapping[str, str]) -> str:
@@ -102,6 +122,10 @@ STACK_FIELDS = (
     "runtime",
     "os_release",
     "torch_num_threads",
+    "cpu_capability",
+    "aten_cpu_capability",
+    "onednn_max_cpu_isa",
+    "omp_wait_policy",
 )
 """The software stack: a run whose stack differs is judged against the same hardware's runs."""
 

@@ -107,7 +107,16 @@ def warmup_until_stable(run_round: Callable[[], float], policy: WarmupPolicy) ->
 # ---------------------------------------------------------------------------------------------
 # CPU threads
 
-_THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "KMP_AFFINITY")
+_THREAD_ENV = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "KMP_AFFINITY",
+    # How idle OpenMP workers wait (spin or sleep): decides collapse on a shared CPU.
+    "OMP_WAIT_POLICY",
+    "GOMP_SPINCOUNT",
+    "KMP_BLOCKTIME",
+)
 
 
 def pin_cpu_threads(

@@ -136,3 +136,22 @@ def test_the_real_meter_runs_on_this_machine():
     use = meter.stop()
     assert use.others_cores >= 0.0
     assert use.cpus == len(cpustate.allowed_cpus())
+
+
+def test_others_cpu_is_a_percentage_of_the_whole_machine_clamped_to_0_100():
+    from benchmarks.harness.device.cpustate import CpuUseMeter, OthersCpuMeter  # noqa: PLC0415
+
+    def meter(busy: list[float], own: list[float]) -> OthersCpuMeter:
+        b, o, c = iter(busy), iter(own), iter([0.0, 1.0])
+        return OthersCpuMeter(
+            CpuUseMeter(
+                cpus=[0, 1], busy_s=lambda _: next(b), own_s=lambda: next(o), clock=lambda: next(c)
+            )
+        )
+
+    quiet, half, over = meter([0, 1], [0, 1]), meter([0, 2], [0, 1]), meter([0, 9], [0, 0])
+    for m in (quiet, half, over):
+        m.start()
+    # 1 s on 2 CPUs: only our own CPU-second -> 0 %; one other CPU-second -> 50 %; counters that
+    # overshoot (steal, rounding) never read above the machine.
+    assert (quiet.stop_pct(), half.stop_pct(), over.stop_pct()) == (0.0, 50.0, 100.0)

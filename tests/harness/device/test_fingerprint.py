@@ -122,3 +122,26 @@ def test_stack_holds_the_software_fields_and_nothing_of_the_hardware():
     assert set(stack) <= set(fingerprint.STACK_FIELDS)
     assert not set(stack) & set(fingerprint.HARDWARE_FIELDS)
     assert {"torch", "transformers", "python", "driver", "runtime"} <= set(stack)
+
+
+def test_the_cpu_kernel_level_is_part_of_the_stack_not_of_the_hardware(monkeypatch):
+    """An AVX-512 machine run as AVX2 (`ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2`, as
+    GitHub's hosted runners are) runs other kernels: same hardware, another stack."""
+    native = machine_fingerprint()
+    assert native["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    emulated = machine_fingerprint()
+    assert (emulated["aten_cpu_capability"], emulated["onednn_max_cpu_isa"]) == ("avx2", "AVX2")
+    assert fingerprint.stack(emulated) != fingerprint.stack(native)
+    assert fingerprint.hardware_id(emulated) == fingerprint.hardware_id(native)
+    # The id that names a history series is unchanged: no existing history is split.
+    assert fingerprint.fingerprint_id(emulated) == fingerprint.fingerprint_id(native)
+
+
+def test_the_openmp_wait_policy_is_part_of_the_stack(monkeypatch):
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    passive = fingerprint.stack(machine_fingerprint())
+    monkeypatch.delenv("OMP_WAIT_POLICY")
+    assert passive["omp_wait_policy"] == "PASSIVE"
+    assert fingerprint.stack(machine_fingerprint())["omp_wait_policy"] == "unset"

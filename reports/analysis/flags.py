@@ -1,0 +1,195 @@
+"""What a reader must be told beside the verdicts: a busy machine, an implausible change, drift.
+
+Pure functions on verdicts and plain numbers; `tests/reports/analysis/test_flags.py` checks them.
+
+- **A busy machine** (`BUSY_CPU_PCT`): the benchmark side records `extra_info.other_cpu_pct`,
+  the mean CPU use of *other* processes during the timed rounds in percent of the whole
+  machine's capacity. A current run where any benchmark saw >= 25 % (a neighbour keeping one
+  core of four busy; half a core of a 2-core VM) is disturbed: torch's thread pool collapses
+  when a core it counts on is taken, 4-5x on a 2-core VM. Its `fail` and `improved` verdicts
+  become `inconclusive` with the reason (`mark_busy`): it is never judged as if quiet, and a
+  busy run cannot pass. Files without the field are quiet as before.
+- **An implausible change** (`IMPLAUSIBLE_RATIO`): a timing 3x slower or faster than its
+  baseline more likely means the benchmark stopped (or started) doing its work than that the
+  code changed its speed so much; `implausible` says so, for a human to check.
+- **Drift** (`drift`): a slow creep that no single comparison fails (0.5 % per run is +35 %
+  over 60 runs). Per series, the median of the newest `DRIFT_EDGE_RUNS` locations against
+  the median of the oldest as many in the window, and the Theil-Sen slope per run; named when
+  the change reaches the threshold.
+
+Deliberately not here: the decision rule, files, formatting.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from reports.analysis.levels import run_location
+from reports.analysis.metrics import primary_metric
+from reports.analysis.series import Verdict
+from reports.history.load import Run
+from reports.history.selection import Comparison
+
+#: A current run whose benchmarks saw other processes use this share of the CPU is busy.
+BUSY_CPU_PCT = 25.0
+#: A change of this factor or more, either way, is flagged for a human.
+IMPLAUSIBLE_RATIO = 3.0
+#: Runs at each end of the window whose median is compared for drift.
+DRIFT_EDGE_RUNS = 5
+#: The newest runs (baseline and current) over which drift is measured.
+DRIFT_WINDOW_RUNS = 60
+
+
+def busy_cpu_pct(other_cpu_pcts: Sequence[float | None]) -> float | None:
+    """The run's busiest benchmark's `other_cpu_pct`, when it reaches `BUSY_CPU_PCT`, else None."""
+    known = [p for p in other_cpu_pcts if p is not None and math.isfinite(p)]
+    if not known or max(known) < BUSY_CPU_PCT:
+        return None
+    return max(known)
+
+
+def busy_reason(pct: float) -> str:
+    """The reason a busy run's verdicts are not decided."""
+    return f"machine busy (other processes used {pct:.0f} % of the CPU)"
+
+
+def mark_busy(verdicts: Sequence[Verdict], busy: Mapping[str, float]) -> list[Verdict]:
+    """Noisy `fail`/`improved` verdicts of a busy machine become `inconclusive` with the reason.
+
+    `busy` maps machine_id to the busy share (`busy_cpu_pct`); exact byte counts are not timed
+    and keep their verdicts.
+    """
+    out = []
+    for v in verdicts:
+        pct = busy.get(v.machine_id)
+        if pct is not None and v.kind != "exact" and v.verdict in ("fail", "improved"):
+            note = "; ".join(n for n in (busy_reason(pct), f"would be {v.verdict}", v.note) if n)
+            out.append(replace(v, verdict="inconclusive", note=note))
+        else:
+            out.append(v)
+    return out
+
+
+def implausible(v: Verdict) -> bool:
+    """True for a timed change of `IMPLAUSIBLE_RATIO` or more either way (not exact bytes)."""
+    if v.kind == "exact" or v.ratio is None or v.ratio <= 0:
+        return False
+    return abs(math.log(v.ratio)) >= math.log(IMPLAUSIBLE_RATIO)
+
+
+def implausible_text(v: Verdict) -> str:
+    """The human's instruction for an implausible change."""
+    ratio = v.ratio or 1.0
+    how = f"{ratio:.1f}x slower" if ratio > 1 else f"{1 / ratio:.1f}x faster"
+    return f"implausible change ({how}): check that the benchmark still does its work"
+
+
+def theil_sen_slope(values: Sequence[float]) -> float:
+    """Median of pairwise slopes (per index step); 0.0 below two values."""
+    slopes = [
+        (values[j] - values[i]) / (j - i)
+        for i in range(len(values))
+        for j in range(i + 1, len(values))
+    ]
+    return statistics.median(slopes) if slopes else 0.0
+
+
+@dataclass(frozen=True)
+class Drift:
+    """A series' drift over its window: `rel_change` (newest edge vs oldest edge, a fraction),
+    `slope_per_run` (Theil-Sen, fraction per run), `runs` (window length), `since` (index of the
+    window's first run in the caller's list)."""
+
+    rel_change: float
+    slope_per_run: float
+    runs: int
+    since: int
+
+
+def drift(log_values: Sequence[float], threshold: float) -> Drift | None:
+    """The drift of a series of log locations (oldest first, the current run last), or None.
+
+    Over the newest `DRIFT_WINDOW_RUNS` values (at least `3 * DRIFT_EDGE_RUNS`): named when the
+    median of the newest `DRIFT_EDGE_RUNS` differs from the median of the oldest as many by
+    `threshold` or more and the Theil-Sen slope agrees in sign with a total change of at least
+    half of that (a creep, not two flat levels with a lone odd run at the end).
+    """
+    start = max(0, len(log_values) - DRIFT_WINDOW_RUNS)
+    window = list(log_values[start:])
+    if len(window) < 3 * DRIFT_EDGE_RUNS:
+        return None
+    change = statistics.median(window[-DRIFT_EDGE_RUNS:]) - statistics.median(
+        window[:DRIFT_EDGE_RUNS]
+    )
+    slope = theil_sen_slope(window)  # 60 values: 1,770 pairs, cheap
+    if abs(change) < math.log1p(threshold) or slope * change <= 0:
+        return None
+    if abs(slope) * (len(window) - 1) < abs(change) / 2:
+        return None
+    return Drift(math.expm1(change), math.expm1(slope), len(window), start)
+
+
+@dataclass(frozen=True)
+class DriftRow:
+    """Drift of one benchmark's primary timing on one machine, since `since_commit`."""
+
+    machine_id: str
+    fullname: str
+    metric: str
+    drift: Drift
+    since_commit: str
+
+    @property
+    def text(self) -> str:
+        """ "+35.0 % over 60 runs since abc1234 (+0.50 % per run)"."""
+        d = self.drift
+        return (
+            f"{d.rel_change:+.1%} over {d.runs} runs since {self.since_commit[:7]} "
+            f"({d.slope_per_run:+.2%} per run)"
+        )
+
+
+def run_busy_pct(run: Run) -> float | None:
+    """`busy_cpu_pct` over the run's benchmarks' `extra_info.other_cpu_pct` (absent: quiet)."""
+    values = []
+    for bench in run.benchmarks.values():
+        raw = bench.extra.get("other_cpu_pct")
+        if isinstance(raw, int | float) and not isinstance(raw, bool):
+            values.append(float(raw))
+    return busy_cpu_pct(values)
+
+
+def comparison_drift(comparison: Comparison, threshold: float) -> list[DriftRow]:
+    """`drift` of every benchmark's primary timing over the baseline runs and the current run.
+
+    Runs are summarised by `levels.run_location`; the window may span steps (a step is drift
+    too, and the change points name it). Sorted by the size of the change, largest first.
+    """
+    runs = [*comparison.baseline, comparison.current]
+    rows = []
+    for fullname, bench in comparison.current.benchmarks.items():
+        present = [
+            (r, b) for r in runs if (b := r.benchmarks.get(fullname)) is not None and b.rounds_s
+        ]
+        logs = [math.log(run_location(b.rounds_s)) for _, b in present if min(b.rounds_s) > 0]
+        if len(logs) != len(present):
+            continue
+        found = drift(logs, threshold)
+        if found is not None:
+            commit = present[found.since][0].commit_id
+            rows.append(
+                DriftRow(comparison.machine_id, fullname, primary_metric(bench), found, commit)
+            )
+    return sorted(rows, key=lambda r: -abs(r.drift.rel_change))
+
+
+def suite_drift(rows: Sequence[DriftRow], benchmarks: int) -> float | None:
+    """Suite-wide drift: the median change over every benchmark (0 for those without drift),
+    when at least half of the benchmarks drifted; else None."""
+    if benchmarks == 0 or 2 * len(rows) < benchmarks:
+        return None
+    changes = [r.drift.rel_change for r in rows] + [0.0] * (benchmarks - len(rows))
+    return statistics.median(changes)

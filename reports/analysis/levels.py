@@ -1,0 +1,149 @@
+"""One rule for what a run is and which runs are noise: the run's location, outliers, a new level.
+
+Pure functions on plain numbers; `tests/reports/analysis/test_levels.py` checks them on
+synthetic series over many seeds. The same rules apply to the baseline's runs and to the
+current run, so neither side is judged by a rule the other escapes:
+
+- **The run's location** (`run_location`) is a low order statistic of its rounds, the
+  `floor((n - 1) / 3)`-th smallest: the minimum of 2 or 3 rounds, the 2nd of 4-6, the 4th of
+  10. A preempted round (another process took the core: 1.5-3x slower) only ever makes a round
+  slower, so a low order statistic ignores up to `n - 1 - index` of them (1 of 2, 2 of 3, 3 of
+  5), where the median of 2 rounds is their mean and the median of 3 moves with two preempted
+  rounds. Every run of a benchmark is summarised so, baseline and current; its run-to-run
+  spread is learned from the baseline, so the statistic's own variance needs no formula.
+- **Outliers** (`keep_mask`): a baseline run more than `OUTLIER_SDS` robust standard
+  deviations from the benchmark's median is set aside only when it is a *lone burst*: at most
+  `max(1, 5 % of the runs)` runs lie that far out on its side. A state seen repeatedly (a
+  benchmark 1.25x slow in 15 % of runs) is noise: kept, so the variance includes it and a
+  current run in that state is judged against it. The newest `RECENT_RUNS` runs are never set
+  aside: they may be main's new level (`recent_level_start` decides).
+- **A short new level** (`recent_level_start`): when the newest 1-4 runs all lie beyond the
+  limit on the same side of the older runs (5 robust SDs for one run, 3 for two or more), they
+  are main's current level, and the baseline level is theirs alone: the interval widens with
+  the few runs behind it rather than comparing with the level before the step.
+- **The machine's noise** (`suite_run_var`): the typical run-to-run variance of the suite's
+  benchmarks on this machine, a floor for each benchmark's prior, so that a machine noisier
+  than the configured prior is not judged with the prior's optimism when few runs exist.
+
+Deliberately not here: the variance model (`noise_model`), the decision rule (`decision`).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+
+# 1 / Phi^-1(3/4): turns a median absolute deviation into a normal standard deviation.
+MAD_TO_SIGMA = 1.482602218505602
+#: A baseline run this many robust standard deviations from a benchmark's median is far out.
+OUTLIER_SDS = 5.0
+#: A level of two or more newest runs counts as new when all lie this many robust SDs out.
+RECENT_LEVEL_SDS = 3.0
+#: The newest runs that are never set aside as outliers (they may be main's new level).
+RECENT_RUNS = 4
+#: Share of runs (beyond one) that may be set aside as lone bursts on one side.
+BURST_SHARE = 0.05
+# A floor for the robust SD so that a series of identical values does not drop every other run.
+_SD_FLOOR = 1e-4
+
+
+def run_location(values: Sequence[float]) -> float:
+    """The run's location: its `floor((n - 1) / 3)`-th smallest round (module docstring)."""
+    if not values:
+        raise ValueError("run_location needs at least one round")
+    ordered = sorted(values)
+    return ordered[(len(ordered) - 1) // 3]
+
+
+def robust_sd(values: Sequence[float]) -> float:
+    """MAD * 1.4826 (0.0 for fewer than two values)."""
+    if len(values) < 2:
+        return 0.0
+    med = statistics.median(values)
+    return statistics.median(abs(v - med) for v in values) * MAD_TO_SIGMA
+
+
+def keep_mask(values: Sequence[float]) -> list[bool]:
+    """Which runs to keep (log locations, oldest first): all but lone bursts (module docstring).
+
+    Below 5 values everything is kept. A value beyond `OUTLIER_SDS` robust SDs is dropped when
+    at most `max(1, floor(BURST_SHARE * n))` values lie beyond on its side and it is not one of
+    the newest `RECENT_RUNS`.
+    """
+    n = len(values)
+    if n < 5:
+        return [True] * n
+    med = statistics.median(values)
+    limit = OUTLIER_SDS * max(robust_sd(values), _SD_FLOOR)
+    high = [v - med > limit for v in values]
+    low = [med - v > limit for v in values]
+    allowed = max(1, math.floor(BURST_SHARE * n))
+    drop_high, drop_low = sum(high) <= allowed, sum(low) <= allowed
+    recent = n - RECENT_RUNS
+    return [
+        i >= recent or not ((h and drop_high) or (lo and drop_low))
+        for i, (h, lo) in enumerate(zip(high, low, strict=True))
+    ]
+
+
+def recent_level_start(values: Sequence[float], current: float | None = None) -> int | None:
+    """Index of the first run of a short new level among the newest 1-4 runs, or None.
+
+    `values` are log locations, oldest first. For j = 4 down to 1: the newest j runs form a
+    new level when at least 5 older runs exist and every one of the j lies more than
+    `RECENT_LEVEL_SDS` (j >= 2) or `OUTLIER_SDS` (j = 1) robust SDs of the older runs from
+    their median, all on the same side. The longest such j wins. A single newest run cannot
+    be told from a lone burst by itself: it is a level only when the `current` run (log
+    location, judged by the same rule) lies nearer to it than to the older runs' median.
+    """
+    n = len(values)
+    for j in range(min(RECENT_RUNS, n - 5), 0, -1):
+        older, newest = values[: n - j], values[n - j :]
+        med = statistics.median(older)
+        sds = RECENT_LEVEL_SDS if j >= 2 else OUTLIER_SDS
+        limit = sds * max(robust_sd(older), _SD_FLOOR)
+        if all(v - med > limit for v in newest) or all(med - v > limit for v in newest):
+            if j == 1 and (current is None or abs(current - newest[0]) >= abs(current - med)):
+                continue  # a lone burst, or the current run is back at the older level
+            return n - j
+    return None
+
+
+def _chi2_median_over_df(df: float) -> float:
+    """median(chi^2_df) / df, Wilson-Hilferty (within 3.5 % at df = 1, better above)."""
+    return (1.0 - 2.0 / (9.0 * df)) ** 3
+
+
+def suite_run_var(per_series: Sequence[Sequence[float]]) -> float | None:
+    """The machine's typical run-to-run variance of a run location (log), or None.
+
+    `per_series` holds, per benchmark, its kept baseline log locations. Each benchmark with at
+    least two gives a sample variance; the median of those, divided by the median of
+    chi^2_(k-1) / (k - 1), estimates a typical benchmark's variance (a median, so that a few
+    benchmarks with bursts or real steps do not set it). None with fewer than 5 benchmarks.
+    """
+    scaled = [
+        statistics.variance(v) / _chi2_median_over_df(len(v) - 1) for v in per_series if len(v) >= 2
+    ]
+    if len(scaled) < 5:
+        return None
+    return statistics.median(scaled)
+
+
+def cross_suite_run_var(differences: Sequence[float]) -> float | None:
+    """Run-to-run variance of one run location from current-minus-baseline log differences.
+
+    With a single baseline run no benchmark has a sample variance, but across the suite the
+    differences `log(current) - log(baseline)` of unchanged benchmarks spread by twice the
+    variance of one run: `robust_sd(differences)^2 / 2`. The MAD ignores a minority of real
+    changes; a suite-wide shift moves the median, not the spread. None below 8 benchmarks.
+    """
+    if len(differences) < 8:
+        return None
+    return robust_sd(differences) ** 2 / 2.0
+
+
+def cross_suite_weight_runs(benchmarks: int) -> float:
+    """Degrees of freedom the cross-suite estimate is worth: MAD efficiency 37 % x benchmarks."""
+    return 0.37 * benchmarks

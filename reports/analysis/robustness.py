@@ -1,0 +1,201 @@
+"""The issue-17 rows on synthetic suites: heavy tails, few rounds, a recent step, a recurring
+state, drift. Each row judges seeded suites with the real verdict code (`judge_suite`, the run
+effects and `flags.drift`) and reports realised rates, so a reader sees what the defaults give.
+
+The world: 36 benchmarks, 20 baseline runs, Student-t(3) round noise (heavy tails), round CV
+3 %, run CV 2 % per benchmark + 1 % suite-wide, and 2 % of rounds preempted (1.5-3x slower).
+`python -m reports simulate` prints the table.
+
+Deliberately not here: the CLI-level scenarios (`reports.scenarios`), the generic grid
+(`simulate`).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from reports.analysis.changepoints import detect_steps_detrended
+from reports.analysis.flags import drift
+from reports.analysis.levels import run_location
+from reports.analysis.noise_model import estimate_run_effects
+from reports.analysis.series import AnalysisConfig, MetricSeries, judge_suite
+from reports.analysis.simulate import SimulationConfig, draw_run
+
+#: Benchmark index x run index -> the factor on that run's true level (1.0 = unchanged).
+Factor = Callable[[int, int], float]
+
+
+@dataclass(frozen=True)
+class World:
+    """The synthetic suite (module docstring)."""
+
+    benchmarks: int = 36
+    baseline_runs: int = 20
+    rounds: int = 3
+    tail_df: float = 3.0
+
+    def sim(self) -> SimulationConfig:
+        """The same world in `simulate`'s terms (its round and run generator)."""
+        return SimulationConfig(
+            benchmarks=self.benchmarks,
+            baseline_runs=self.baseline_runs,
+            rounds=self.rounds,
+            round_tail_df=self.tail_df,
+        )
+
+
+def make_suite(rng: random.Random, world: World, factor: Factor) -> list[MetricSeries]:
+    """One suite: `factor(b, r)` scales benchmark b's level in run r (r = baseline_runs is the
+    current run); run effects estimated as the gate does."""
+    sim = world.sim()
+    sd = math.log1p(sim.suite_run_cv)
+    n = world.baseline_runs
+    effects = [rng.gauss(0.0, sd) for _ in range(n + 1)]
+    levels = [math.exp(rng.uniform(math.log(1e-3), math.log(2.0))) for _ in range(sim.benchmarks)]
+    runs = [
+        [draw_run(rng, lv * factor(b, r), sim, effects[r]) for r in range(n + 1)]
+        for b, lv in enumerate(levels)
+    ]
+    table = [[math.log(run_location(runs[b][r])) for b in range(len(levels))] for r in range(n)]
+    current = [math.log(run_location(runs[b][n])) for b in range(len(levels))]
+    fx = estimate_run_effects(table, current)
+    return [
+        MetricSeries(
+            "sim", f"b{b}", "time_s", "timing", tuple(rs[:n]), rs[n], (), fx.offsets, fx.var
+        )
+        for b, rs in enumerate(runs)
+    ]
+
+
+def fails(series: Sequence[MetricSeries], config: AnalysisConfig | None = None) -> list[bool]:
+    """Which benchmarks of a suite fail."""
+    return [v.verdict == "fail" for v in judge_suite(series, config or AnalysisConfig())]
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of the table: what it simulates, what a reader expects, what it measured."""
+
+    name: str
+    expected: str
+    measured: str
+
+
+def _false_and_caught(
+    rng: random.Random, world: World, suites: int, slowdown: float
+) -> tuple[float, float]:
+    false = caught = total = 0
+    for _ in range(suites):
+        slowed = set(rng.sample(range(world.benchmarks), 6)) if slowdown else set()
+        n = world.baseline_runs
+
+        def factor(b: int, r: int, s: set[int] = slowed, last: int = n) -> float:
+            return 1.0 + slowdown if b in s and r == last else 1.0
+
+        f = fails(make_suite(rng, world, factor))
+        false += any(x for b, x in enumerate(f) if b not in slowed)
+        caught += sum(f[b] for b in slowed)
+        total += len(slowed)
+    return false / suites, (caught / total if total else math.nan)
+
+
+def heavy_tail_rows(suites: int, seed: int) -> list[Row]:
+    """A/A and 25 % slowdowns (6 of 36) at 2 and 3 rounds."""
+    out = []
+    for rounds in (2, 3):
+        world = World(rounds=rounds)
+        aa, _ = _false_and_caught(random.Random(f"{seed}-aa-{rounds}"), world, suites, 0.0)
+        fa, det = _false_and_caught(random.Random(f"{seed}-25-{rounds}"), world, suites, 0.25)
+        out.append(
+            Row(
+                f"heavy tails, {rounds} rounds: A/A; 6 benchmarks 25 % slower",
+                "<= 1 in 20 suites with a false fail; >= 80 % caught at 3 rounds",
+                f"A/A {aa:.1%} suites with a false fail; 25 %: {det:.1%} caught, "
+                f"{fa:.1%} suites with a false fail",
+            )
+        )
+    return out
+
+
+def recent_step_row(suites: int, seed: int) -> Row:
+    """Main merged +15 % on 6 benchmarks 1-4 runs before an unchanged PR."""
+    rng = random.Random(f"{seed}-step")
+    world, false = World(), 0
+    for t in range(suites):
+        ago = 1 + t % 4
+        start = world.baseline_runs - ago
+        stepped = set(rng.sample(range(world.benchmarks), 6))
+
+        def factor(b: int, r: int, s: set[int] = stepped, at: int = start) -> float:
+            return 1.15 if b in s and r >= at else 1.0
+
+        false += any(fails(make_suite(rng, world, factor)))
+    return Row(
+        "main stepped +15 % (6 benchmarks) 1-4 runs before an unchanged PR",
+        "no fail",
+        f"{false / suites:.1%} suites with a fail",
+    )
+
+
+def recurring_row(suites: int, seed: int) -> Row:
+    """One benchmark 1.25x slow in 15 % of runs; the PR's run is in that state."""
+    rng = random.Random(f"{seed}-recurring")
+    world, false = World(rounds=5, tail_df=math.inf), 0
+    for _ in range(suites):
+        states = [rng.random() < 0.15 for _ in range(world.baseline_runs)] + [True]
+
+        def factor(b: int, r: int, st: list[bool] = states) -> float:
+            return 1.25 if b == 0 and st[r] else 1.0
+
+        false += fails(make_suite(rng, world, factor))[0]
+    return Row(
+        "one benchmark 1.25x slow in 15 % of runs; the PR's run is in it",
+        "<= alpha (1 %) fail",
+        f"{false / suites:.1%} fail",
+    )
+
+
+def drift_row(suites: int, seed: int) -> Row:
+    """0.5 % per run over 60 runs: is it named, and how many steps are found?"""
+    rng = random.Random(f"{seed}-drift")
+    world = replace(World(rounds=5, tail_df=math.inf), baseline_runs=59)
+    named = steps = total = 0
+    for _ in range(suites):
+        series = make_suite(rng, world, lambda b, r: 1.005**r)
+        for s in series[:12]:
+            logs = [math.log(run_location(v)) for v in (*s.baseline, s.current or ())]
+            named += drift(logs, 0.05) is not None
+            steps += len(detect_steps_detrended(logs))
+            total += 1
+    return Row(
+        "slow drift, +0.5 % per run over 60 runs (+35 %)",
+        "named as drift; no fictitious steps",
+        f"drift named for {named / total:.0%} of benchmarks; "
+        f"{steps / total:.1f} steps per benchmark",
+    )
+
+
+def rows(suites: int = 40, seed: int = 1) -> list[Row]:
+    """Every row, `suites` seeded suites each."""
+    return [
+        *heavy_tail_rows(suites, seed),
+        recent_step_row(suites, seed),
+        recurring_row(suites * 3, seed),
+        drift_row(max(2, suites // 10), seed),
+    ]
+
+
+def format_rows(table: Sequence[Row], suites: int) -> str:
+    """A Markdown table of the rows."""
+    lines = [
+        f"{suites} suites per row; 36 benchmarks, 20 baseline runs; t(3) round noise, CV 3 %, "
+        "run CV 2 % + 1 % suite-wide, 2 % of rounds preempted 1.5-3x",
+        "",
+        "| scenario | a reader expects | measured |",
+        "| --- | --- | --- |",
+    ]
+    lines += [f"| {r.name} | {r.expected} | {r.measured} |" for r in table]
+    return "\n".join(lines)
