@@ -87,6 +87,12 @@ def pytest_benchmark_update_json(
     session = config.stash.get(SESSION, None)
     if session is not None and _stopped_early(session):
         mark_partial(output_json)
+        # A test stopped after its rounds but before its teardown has stats and an incomplete
+        # record; a partial file holds only the tests that finished.
+        finished = config.stash.get(FINISHED, set())
+        output_json["benchmarks"] = [
+            b for b in output_json["benchmarks"] if b.get("fullname") in finished
+        ]
 
 
 def _stopped_early(session: pytest.Session) -> bool:
@@ -95,14 +101,15 @@ def _stopped_early(session: pytest.Session) -> bool:
     The count is what decides: a Ctrl-C that lands between pytest's own steps (a fixture's
     teardown, a hook) does not always leave `exitstatus` INTERRUPTED when this hook runs.
     """
-    finished = session.config.stash.get(FINISHED, 0)
-    return session.exitstatus == pytest.ExitCode.INTERRUPTED or finished < len(session.items)
+    finished = session.config.stash.get(FINISHED, set())
+    interrupted = session.exitstatus == pytest.ExitCode.INTERRUPTED
+    return interrupted or len(finished) < len(session.items)
 
 
 # --- partial history: a killed run keeps what it measured ---------------------------------------
 
 SESSION = pytest.StashKey[pytest.Session]()
-FINISHED = pytest.StashKey[int]()  # tests whose whole protocol (teardown included) ended
+FINISHED = pytest.StashKey[set[str]]()  # node ids of tests whose protocol (teardown too) ended
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -117,7 +124,7 @@ def pytest_runtest_protocol(
     """After each test (teardown included, so its record is final), rewrite the partial file."""
     try:
         result = yield
-        item.config.stash[FINISHED] = item.config.stash.get(FINISHED, 0) + 1
+        item.config.stash.setdefault(FINISHED, set()).add(item.nodeid)
         return result
     finally:
         if PARTIAL in item.config.stash:

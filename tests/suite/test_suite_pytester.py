@@ -534,12 +534,15 @@ def test_bad_noise_options_are_one_line_usage_errors(pytester, args, message):
 
 # --- partial history: a killed run keeps what it measured -----------------------------------
 
-LONG = """\
+# Long enough that the run cannot end between the first saved test and the signal: with 12
+# tests a fast machine sometimes finished them all first, and the "killed" run was complete.
+LONG_PROMPTS = list(range(8, 200, 4))
+LONG = f"""\
 models: [tiny-llama]
 devices: [cpu]
 dtypes: [float32]
 batch: [1]
-prompt_len: [8, 12, 16, 20, 24, 28]
+prompt_len: {LONG_PROMPTS}
 new_tokens: [3]
 warmup: 0
 rounds: 1
@@ -597,7 +600,7 @@ def test_a_killed_run_keeps_its_finished_cells_in_a_partial_file(tmp_path, signa
     assert run["machine_info"]["phasebench"]["partial"] is True, output
     names = [b["name"] for b in run["benchmarks"]]
     assert names, output
-    assert len(names) < 2 * 6  # mid-way: not every test of the matrix finished
+    assert len(names) < 2 * len(LONG_PROMPTS)  # mid-way: not every test of the matrix finished
     for bench in run["benchmarks"]:
         assert bench["stats"]["data"]  # raw rounds of a finished test
         assert "thermal_after" in bench["extra_info"]  # its record was complete
@@ -605,7 +608,7 @@ def test_a_killed_run_keeps_its_finished_cells_in_a_partial_file(tmp_path, signa
 
 
 def test_a_normal_end_replaces_the_partial_file_by_the_complete_one(tmp_path):
-    matrix = write_matrix(tmp_path / "short.yaml", LONG.replace("[8, 12, 16, 20, 24, 28]", "[8]"))
+    matrix = write_matrix(tmp_path / "short.yaml", LONG.replace(str(LONG_PROMPTS), "[8]"))
     storage = tmp_path / "history"
     process = _start(tmp_path, matrix, storage)
     output, _ = process.communicate(timeout=240)
