@@ -27,6 +27,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from reports.analysis.changepoints import theil_sen_line
 from reports.analysis.levels import run_location
 from reports.analysis.metrics import primary_metric
 from reports.analysis.series import Verdict
@@ -87,16 +88,6 @@ def implausible_text(v: Verdict) -> str:
     return f"implausible change ({how}): check that the benchmark still does its work"
 
 
-def theil_sen_slope(values: Sequence[float]) -> float:
-    """Median of pairwise slopes (per index step); 0.0 below two values."""
-    slopes = [
-        (values[j] - values[i]) / (j - i)
-        for i in range(len(values))
-        for j in range(i + 1, len(values))
-    ]
-    return statistics.median(slopes) if slopes else 0.0
-
-
 @dataclass(frozen=True)
 class Drift:
     """A series' drift over its window: `rel_change` (newest edge vs oldest edge, a fraction),
@@ -124,7 +115,7 @@ def drift(log_values: Sequence[float], threshold: float) -> Drift | None:
     change = statistics.median(window[-DRIFT_EDGE_RUNS:]) - statistics.median(
         window[:DRIFT_EDGE_RUNS]
     )
-    slope = theil_sen_slope(window)  # 60 values: 1,770 pairs, cheap
+    slope, _ = theil_sen_line(window)  # the change points' own line: one Theil-Sen
     if abs(change) < math.log1p(threshold) or slope * change <= 0:
         return None
     if abs(slope) * (len(window) - 1) < abs(change) / 2:
