@@ -14,7 +14,6 @@ It deliberately imports no torch at module level (the root conftest imports it f
 from __future__ import annotations
 
 import copy
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -134,9 +133,7 @@ def start_record(benchmark: Any, run: CellRun, measurement: str) -> dict[str, An
             "sync": run.sync,
             "warmup_s": run.warmup.seconds,
             "build_s": run.loaded.build_s,
-            # The thread policy the rounds ran with (root conftest.py sets the wait policy).
-            "torch_num_threads": torch_threads(),
-            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset"),
+            **thread_policy(),
         }
     )
     # The cell's first generation (right after the build, for a model's first cell): the
@@ -153,11 +150,17 @@ def start_record(benchmark: Any, run: CellRun, measurement: str) -> dict[str, An
     return info
 
 
-def torch_threads() -> int:
-    """torch's intra-op threads (imported here: this module imports no torch at module level)."""
-    import torch  # noqa: PLC0415
+def thread_policy() -> dict[str, Any]:
+    """The threads the rounds ran with (root conftest.py sets the wait policy), in the names the
+    fingerprint uses; read by `noise.cpu_thread_state` (imported here: no torch at import)."""
+    from benchmarks.harness.device.fingerprint import UNSET  # noqa: PLC0415 - torch
+    from benchmarks.harness.device.noise import cpu_thread_state  # noqa: PLC0415 - torch
 
-    return int(torch.get_num_threads())
+    state = cpu_thread_state()
+    return {
+        "torch_num_threads": state["torch_num_threads"],
+        "omp_wait_policy": state["env_OMP_WAIT_POLICY"] or UNSET,
+    }
 
 
 def memory_fields(samples: list[Any], weights_bytes: int) -> dict[str, Any]:
