@@ -127,6 +127,8 @@ def generation_metrics(
         "ttft_s": ttft_s,
         "ttft_samples": len(rounds),
         "generate_prefill_s": median([r.prefill_s for r in rounds]),
+        # Every round's, so the report can say whether it agrees with test_prefill (consistency).
+        "generate_prefill_rounds_s": [r.prefill_s for r in rounds],
         "tpot_s": tpot_s(e2e_s, ttft_s, new_tokens),
         "decode_slope_s_per_ktok": decode_slope_s_per_ktok(step_s, prompt_len),
         "step_s": step_s,

@@ -5,7 +5,7 @@ Owns `metrics` (which metrics a benchmark has, as series), `series` (the verdict
 (run-to-run noise learnt from the baseline), `levels` (a run's location, the outlier rule
 for both sides, main's short new level, the machine's noise floor), `flags` (busy machine,
 implausible changes, drift), `paired` (A/B paired ratios and their checks), `changepoints`,
-`trends`, `thresholds` (`--threshold` values), `simulate` (the rule on simulated suites) and
+`trends`, `consistency` (one computation timed by two modules), `thresholds` (`--threshold` values), `simulate` (the rule on simulated suites) and
 `robustness` (the issue-17 rows: heavy tails, few rounds, recent step, recurring state,
 drift).
 

@@ -15,6 +15,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from reports.analysis.consistency import (
+    ConsistencyRow,
+    ConsistencySummary,
+    consistency_rows,
+    summarize_consistency,
+)
 from reports.analysis.flags import (
     DriftRow,
     busy_reason,
@@ -105,6 +111,12 @@ class MachineReport:
     busy_cpu_pct: float | None = None  # other processes' CPU share when the run was disturbed
     drifts: tuple[DriftRow, ...] = ()  # benchmarks that crept beyond the threshold
     suite_drift: float | None = None  # the suite-wide creep, when most benchmarks drifted
+    consistency: tuple[ConsistencyRow, ...] = ()  # one computation timed by two modules
+
+    @property
+    def consistency_summary(self) -> ConsistencySummary:
+        """How many of the run's module pairs agree within the noise, and the furthest one."""
+        return summarize_consistency(self.consistency)
 
     @property
     def busy_text(self) -> str:
@@ -235,6 +247,7 @@ def build_machine(
         removed=tuple(removed_cells(comparison, max_runs)),
         partial=current.partial,
         runmodes=tuple(comparison_tables(current.benchmarks.values())),
+        consistency=tuple(consistency_rows(current)),
     )
 
 

@@ -155,6 +155,18 @@ def test_new_sections_render_the_stack_change_now_table_grid_and_axis_ticks(
     assert now is not None
     assert now.group(1).count("<tr>") == 1 + 8  # header + 8 cells
     assert "tok/s" in now.group(1)
+    # the consistency line: the PR slowed test_decode only (the fixture's slowdown), so every
+    # cell's decode inside generate disagrees with it; prefill agrees
+    line = re.search(r'id="m0-consistency-line"[^>]*>(.*?)</p>', dom, re.S)
+    assert line is not None
+    assert "of 16 within the noise" in line.group(1)
+    table = re.search(r'<table[^>]*id="m0-consistencytable"[^>]*>(.*?)</table>', dom, re.S)
+    assert table is not None
+    row = r'<tr data-consistent="(yes|no)"><td>[^<]*</td><td>(\w+)</td>'
+    rows = re.findall(row, table.group(1))
+    assert len(rows) == 16
+    assert all(ok == "no" for ok, phase in rows if phase == "decode")
+    assert sum(ok == "yes" for ok, phase in rows if phase == "prefill") >= 7
     # the matrix overview: decode panels are red (fail), one square per model x prompt length
     grids = re.findall(
         r'<table class="grid compact" data-grid="([^"]+)"[^>]*>(.*?)</table>', dom, re.S
