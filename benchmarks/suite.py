@@ -307,7 +307,7 @@ class Rounds:
         with TimedWindow(info.get("cell_id", "?"), info.get("compile_mode")) as window:
             others.start()
             benchmark.pedantic(target, setup=self.setup, rounds=rounds, warmup_rounds=0)
-            info["other_cpu_pct"] = others.stop_pct()
+            info.update(others.stop_extra_info())
         info.update(read_fp_state().as_extra_info())
         pin_fp_state()
         info.update(window.extra_info())

@@ -62,3 +62,4 @@ def test_other_processes_cpu_use_during_the_rounds_is_recorded_in_percent_of_the
     bench = FakeBenchmark()
     Rounds(lambda _: None).pedantic(bench, rounds=3)
     assert bench.extra_info["other_cpu_pct"] == pytest.approx(50.0)
+    assert bench.extra_info["others_cores"] == pytest.approx(2.0)

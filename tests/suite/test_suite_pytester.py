@@ -391,6 +391,7 @@ def test_every_timed_record_names_the_fp_state_the_thread_policy_and_the_machine
         # Pinned per cell: FTZ/DAZ off, as in a user's process (benchmarks/harness/device/fpstate).
         assert info["flush_denormal"] is False, bench["name"]
         assert 0.0 <= info["other_cpu_pct"] <= 100.0, bench["name"]
+        assert info["others_cores"] >= 0.0, bench["name"]
         assert info["torch_num_threads"] >= 1
         assert (
             info["omp_wait_policy"] == run["machine_info"]["phasebench"]["stack"]["omp_wait_policy"]

@@ -11,7 +11,7 @@
   own user + system time. The suite's own threads (warmup generations, torch's spinning OpenMP
   workers) never make the machine look busy, which the 1-minute load average cannot tell apart.
   `OthersCpuMeter` is the same over all the machine's CPUs, in percent: what each benchmark
-  records as `other_cpu_pct` for its timed rounds.
+  records as `others_cores` and `other_cpu_pct` for its timed rounds.
 
 It does not read cache sizes on macOS or Windows (None there) and does not decide what a busy
 machine means for a measurement (peaks.py does).
@@ -211,4 +211,14 @@ class OthersCpuMeter:
 
     def stop_pct(self) -> float:
         """End the interval: other processes' mean CPU use in % of the machine, in [0, 100]."""
-        return min(max(100.0 * self._meter.stop().others_fraction, 0.0), 100.0)
+        return self.stop_extra_info()["other_cpu_pct"]
+
+    def stop_extra_info(self) -> dict[str, float]:
+        """End the interval: `others_cores` (DESIGN §3: CPUs the others kept busy, one-core
+        equivalents) and `other_cpu_pct` (the same as a share of the machine, 0-100, which the
+        reports' busy rule reads)."""
+        use = self._meter.stop()
+        return {
+            "others_cores": max(use.others_cores, 0.0),
+            "other_cpu_pct": min(max(100.0 * use.others_fraction, 0.0), 100.0),
+        }

@@ -155,3 +155,16 @@ def test_others_cpu_is_a_percentage_of_the_whole_machine_clamped_to_0_100():
     # 1 s on 2 CPUs: only our own CPU-second -> 0 %; one other CPU-second -> 50 %; counters that
     # overshoot (steal, rounding) never read above the machine.
     assert (quiet.stop_pct(), half.stop_pct(), over.stop_pct()) == (0.0, 50.0, 100.0)
+
+
+def test_a_benchmark_records_the_others_in_cores_and_as_a_share_of_the_machine():
+    from benchmarks.harness.device.cpustate import CpuUseMeter, OthersCpuMeter  # noqa: PLC0415
+
+    b, o, c = iter([0.0, 3.0]), iter([0.0, 1.5]), iter([0.0, 1.0])
+    meter = OthersCpuMeter(
+        CpuUseMeter(cpus=[0, 1, 2, 3], busy_s=lambda _: next(b), own_s=lambda: next(o),
+                    clock=lambda: next(c))
+    )  # fmt: skip
+    meter.start()
+    # 3 busy CPU-seconds in 1 s, 1.5 of them ours: the others kept 1.5 of 4 CPUs busy.
+    assert meter.stop_extra_info() == {"others_cores": 1.5, "other_cpu_pct": 37.5}
