@@ -239,6 +239,20 @@ def _run_verdict(session: nox.Session, *args: str) -> None:
         raise SystemExit(code if code in (1, 2, 3) else 2) from None
 
 
+@nox.session(venv_params=SYSTEM_SITE)
+def doctor(session: nox.Session) -> None:
+    """Is this machine fit to benchmark? One line per finding with what to do (docs/doctor.md).
+
+    `nox -s doctor [-- --device cuda:1 --json out/doctor.json --full]`: arguments after -- go
+    to `python -m benchmarks.harness doctor`. Exit 0 fit, 1 a finding makes results
+    untrustworthy, 2 bad input (an unknown device, or one this machine lacks).
+    """
+    # The bench group: the same torch (the machine's own, as the bench sessions see it) and
+    # nvidia-ml-py for the GPU's state.
+    _install(session, "bench")
+    _run_verdict(session, "python", "-m", "benchmarks.harness", "doctor", *session.posargs)
+
+
 @nox.session
 def report(session: nox.Session) -> None:
     """Render index.html and summary.md from history (args after -- go to the CLI)."""

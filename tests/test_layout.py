@@ -42,6 +42,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "reports.__main__",
     ),
     ("benchmarks.harness.plan", "benchmarks.harness.modelcache"),
+    ("benchmarks.harness.doctor",),  # `doctor` verb: reads device/ and roofline/, below cli
     ("benchmarks.harness.cli",),
     ("benchmarks.harness.__main__",),
     ("benchmarks.ab",),

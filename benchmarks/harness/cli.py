@@ -3,6 +3,7 @@
     kv CONFIG [--dtype float16] [--prompt-len 512] [--new-tokens 32] [--batch 1]
               [--measure] [--device cpu] [--seed 0]
     build-time MODEL [--dtype bfloat16] [--device cpu] [--repeat 1]
+    doctor [--device D] [--json FILE] [--quick | --full] [--dtype D]
 
 `kv` (DESIGN §4) prints one JSON object: the analytic `bytes_per_token` (bytes added per cached
 position while no sliding window is full), `after_prefill_bytes` (P positions), `final_bytes`
@@ -24,6 +25,10 @@ phasebench's fast random init, and prints both wall times.
 
 Bad input (an unknown model, dtype or device, N <= 0, P + N beyond the model's positions, an
 unreadable or unknown-schema file) prints one line naming the field and the fix and exits 2.
+`doctor` (DESIGN §10, docs/doctor.md) says whether this machine can be trusted to benchmark: one
+line per finding with what to do; exit 0 fit, 1 a finding makes results untrustworthy, 2 bad
+input.
+
 It deliberately does not benchmark anything: timing belongs to the pytest-benchmark suite.
 """
 
@@ -45,6 +50,8 @@ from benchmarks.harness.cache.kv import analytic_kv, kv_bytes_per_token
 from benchmarks.harness.cache.measure import measure_kv
 from benchmarks.harness.cache.state import StateLayout, analytic_state
 from benchmarks.harness.device.devices import DTYPES, resolve_device
+from benchmarks.harness.doctor.run import add_arguments as add_doctor_arguments
+from benchmarks.harness.doctor.run import run_doctor
 from benchmarks.harness.engine import Engine, make_prompt
 from benchmarks.harness.errors import KVError, PhasebenchError
 from benchmarks.harness.model import compat
@@ -96,6 +103,9 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--dtype", default="bfloat16", help="float32 | float16 | bfloat16")
     build.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N | mps")
     build.add_argument("--repeat", type=int, default=1, help="builds of each kind")
+
+    doctor = commands.add_parser("doctor", help="is this machine fit to benchmark?")
+    add_doctor_arguments(doctor)
     return parser
 
 
@@ -313,11 +323,13 @@ def _timed_build(build: Any) -> float:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit status (0 ok, 1 KV mismatch, 2 bad input)."""
+    """Run the CLI; returns the exit status (0 ok, 1 KV mismatch or unfit machine, 2 bad input)."""
     try:
         args = _parser().parse_args(argv)
         if args.command == "kv":
             return run_kv(args)
+        if args.command == "doctor":
+            return run_doctor(args)
         return run_build_time(args)
     except PhasebenchError as error:
         print(str(error).replace("\n", " "), file=sys.stderr)
