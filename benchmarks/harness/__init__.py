@@ -4,9 +4,10 @@ Owns, by package, lowest first (each imports only the ones before it, docs/archi
 `errors`, `records` (the JSON edge) · `device` (devices, sync, timers, machine state) · `model`
 (building models, transformers compatibility) · `cache` (KV and state accounting) · `roofline`
 and `matrix` · `engine` (the owned prefill/decode loop) · `overhead`, `profiling`, `runmode`
-(attention/cache/compile per cell) · `plan`, `modelcache` · `cli` (`python -m
-benchmarks.harness`). It never imports pytest, `reports`, the A/B runner or the calibration
-(DESIGN §1): the benchmark suite in `benchmarks/test_*.py` drives it.
+(attention/cache/compile per cell) · `plan`, `modelcache` · `doctor` (is this machine fit to
+benchmark?) · `cli` (`python -m benchmarks.harness`). It never imports pytest, `reports`, the
+A/B runner or the calibration (DESIGN §1): the benchmark suite in `benchmarks/test_*.py` drives
+it.
 
 May import: torch, transformers.
 """
