@@ -2,12 +2,12 @@
 
 Owns `metrics` (which metrics a benchmark has, as series), `series` (the verdict of a series:
 `judge_suite`), `decision` (the threshold rule, Holm, the MDE), `distributions`, `noise_model`
-(run-to-run noise learnt from the baseline), `levels` (a run's location, the outlier rule
-for both sides, main's short new level, the machine's noise floor), `flags` (busy machine,
+(run-to-run noise learnt from the baseline), `levels` (a run's location, the outlier rule for
+both sides, main's short new level, the machine's noise floor), `flags` (busy machine,
 implausible changes, drift), `paired` (A/B paired ratios and their checks), `changepoints`,
-`trends`, `consistency` (one computation timed by two modules), `thresholds` (`--threshold` values), `simulate` (the rule on simulated suites) and
-`robustness` (the issue-17 rows: heavy tails, few rounds, recent step, recurring state,
-drift).
+`trends`, `consistency` (one computation timed by two modules), `thresholds` (`--threshold`
+values), `simulate` (the rule on simulated suites) and `robustness` (the issue-17 rows: heavy
+tails, few rounds, recent step, recurring state, drift).
 
 May import: reports.errors, reports.history.
 """

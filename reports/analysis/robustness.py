@@ -141,20 +141,31 @@ def recent_step_row(suites: int, seed: int) -> Row:
 
 
 def recurring_row(suites: int, seed: int) -> Row:
-    """One benchmark 1.25x slow in 15 % of runs; the PR's run is in that state."""
+    """One benchmark 1.25x slow in 15 % of runs; the PR's run is in that state.
+
+    Reported overall and for the suites whose baseline saw the state at least twice: a state
+    the window never saw (4 % of 20-run windows) or saw once is, by any rule that learns from
+    history, indistinguishable from a regression.
+    """
     rng = random.Random(f"{seed}-recurring")
-    world, false = World(rounds=5, tail_df=math.inf), 0
+    world = World(rounds=5, tail_df=math.inf)
+    false = seen = false_seen = 0
     for _ in range(suites):
         states = [rng.random() < 0.15 for _ in range(world.baseline_runs)] + [True]
 
         def factor(b: int, r: int, st: list[bool] = states) -> float:
             return 1.25 if b == 0 and st[r] else 1.0
 
-        false += fails(make_suite(rng, world, factor))[0]
+        failed = fails(make_suite(rng, world, factor))[0]
+        false += failed
+        if sum(states[:-1]) >= 2:
+            seen += 1
+            false_seen += failed
     return Row(
         "one benchmark 1.25x slow in 15 % of runs; the PR's run is in it",
-        "<= alpha (1 %) fail",
-        f"{false / suites:.1%} fail",
+        "<= alpha (1 %) fail where the baseline saw the state",
+        f"{false / suites:.1%} fail; {false_seen / max(seen, 1):.1%} of the {seen} whose "
+        "baseline saw it twice or more",
     )
 
 

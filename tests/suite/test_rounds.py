@@ -189,5 +189,24 @@ def test_rounds_keep_what_keep_returns_and_drop_each_output_before_the_next_roun
     rounds = Rounds(lambda cache: decode_step(allocator, cache), prepare, None)
     rounds.pedantic(FakeBenchmark(), rounds=3, keep=lambda cache: cache.positions)
     assert rounds.outputs == [PROMPT + 1] * 3
-    assert alive_at_setup == [0, 0, 0]  # the previous input and output are gone by then
+    assert alive_at_setup == [0, 0, 0, 0]  # the warm round's and every previous round's are gone
     assert rounds.peaks == []  # no monitor, no samples
+
+
+def test_the_first_timed_round_follows_an_untimed_call_of_exactly_what_is_timed():
+    """A module's own path is cold on its first call (a fresh prefill cache, a restored decode
+    cache): that call is untimed, so the first timed round runs in the state the others do."""
+    calls: list[str] = []
+    state = {"warm": False}
+
+    def run(tag: str) -> float:
+        calls.append(tag)
+        cost = 1.0 if state["warm"] else 1.3  # the first call ever pays the cold path
+        state["warm"] = True
+        return cost
+
+    prepared = iter(["warm", "r1", "r2", "r3"])
+    rounds = Rounds(run, lambda: next(prepared), None)
+    rounds.pedantic(FakeBenchmark(), rounds=3, keep=lambda cost: cost)
+    assert calls == ["warm", "r1", "r2", "r3"]
+    assert rounds.outputs == [1.0, 1.0, 1.0]  # no timed round saw the cold path

@@ -115,13 +115,45 @@ def test_a_step_on_main_one_to_four_runs_ago_is_the_baseline_not_a_fail():
 
 
 def test_a_current_run_in_a_recurring_state_is_rarely_a_fail():
-    """1.25x in 15 % of runs (and in the PR's): was 25 of 30; the floor is the ~4 % of
-    baselines that never saw the state in 20 runs."""
+    """1.25x in 15 % of runs (and in the PR's): was 25 of 30. Where the baseline saw the state
+    at least twice, the fails are the windows that start with a cluster of it (indistinguishable
+    from main's step down): ~1.5 %; overall the floor is the ~18 % of windows that saw it less."""
     rng = random.Random(12)
-    world, failed, trials = World(rounds=5, tail_df=math.inf), 0, 90
+    world = World(rounds=5, tail_df=math.inf)
+    failed = seen = failed_seen = 0
+    trials = 200
     for _ in range(trials):
         states = [rng.random() < 0.15 for _ in range(world.baseline_runs)] + [True]
-        failed += fails(
+        f = fails(
             make_suite(rng, world, lambda b, r, st=states: 1.25 if b == 0 and st[r] else 1.0)
         )[0]
-    assert failed / trials <= 0.15
+        failed += f
+        if sum(states[:-1]) >= 2:
+            seen += 1
+            failed_seen += f
+    assert failed / trials <= 0.10
+    assert failed_seen / seen <= 0.035
+
+
+def test_a_burst_between_runs_at_todays_level_does_not_cut_the_baseline():
+    """Segmentation sees ....SSS...... as two steps; the medians see one level with a state."""
+    from reports.analysis.changepoints import detect_steps  # noqa: PLC0415
+    from reports.analysis.series import level_start  # noqa: PLC0415
+
+    burst = [0.0] * 4 + [0.22] * 3 + [0.0] * 13
+    rng = random.Random(3)
+    logs = [v + rng.gauss(0, 0.01) for v in burst]
+    steps = detect_steps(logs, min_rel_step=0.025)
+    assert len(steps) == 2  # what the segmentation alone would cut at
+    assert level_start(logs, steps) is None
+    # a real step (main got 20 % faster 8 runs ago) still cuts
+    stepped = [0.2] * 12 + [0.0] * 8
+    logs = [v + rng.gauss(0, 0.01) for v in stepped]
+    cut = level_start(logs, detect_steps(logs, min_rel_step=0.025))
+    assert cut is not None
+    assert cut.index == 12
+    # a regression on main that was fixed, then a state: back at the old level after the
+    # excursion, 5 of 17 runs off it: still one level (the excursion is in the spread)
+    fixed = [0.0] * 8 + [0.15] * 5 + [0.0] * 4
+    logs = [v + rng.gauss(0, 0.01) for v in fixed]
+    assert level_start(logs, detect_steps(logs, min_rel_step=0.025)) is None
