@@ -157,3 +157,29 @@ def test_a_burst_between_runs_at_todays_level_does_not_cut_the_baseline():
     fixed = [0.0] * 8 + [0.15] * 5 + [0.0] * 4
     logs = [v + rng.gauss(0, 0.01) for v in fixed]
     assert level_start(logs, detect_steps(logs, min_rel_step=0.025)) is None
+
+
+def test_pooled_reruns_keep_the_tests_size_when_run_to_run_noise_dominates():
+    """Issue 17: `--rerun` pooling divided the pooled rounds' variance by R, too small when the
+    run-to-run term dominates (2.1-2.5 % fails at the threshold). The run is the unit: each
+    rerun is summarised like a baseline run and their mean carries tau^2 / R."""
+    from dataclasses import replace  # noqa: PLC0415
+
+    from reports.analysis.series import AnalysisConfig, MetricSeries, judge_noisy  # noqa: PLC0415
+    from reports.analysis.simulate import draw_run  # noqa: PLC0415
+
+    config = AnalysisConfig()
+    sim = replace(World(rounds=3, tail_df=math.inf).sim(), run_cv=0.05)
+    at_threshold = 1.0 + config.threshold
+    for reruns in (1, 3):
+        rng = random.Random(reruns)
+        trials, failed = 1500, 0
+        for _ in range(trials):
+            base = tuple(draw_run(rng, 1.0, sim, 0.0) for _ in range(20))
+            cur = [draw_run(rng, at_threshold, sim, 0.0) for _ in range(reruns)]
+            series = MetricSeries(
+                "m", "b", "time_s", "timing", base, cur[-1], current_repeats=tuple(cur[:-1])
+            )
+            verdict = judge_noisy(series, config)
+            failed += verdict.p_value is not None and verdict.p_value <= config.alpha
+        assert failed / trials <= 0.02, (reruns, failed / trials)
