@@ -20,8 +20,9 @@ N new tokens = 1 prefill + (N - 1) decode steps, and the final cache holds P + N
   says how much that costs against a bare loop. Memory peaks are reset right before each phase
   (before the `before_prefill` sample, so no earlier work leaks into the prefill's peak), and
   nothing of one phase is kept into the next beyond the cache the model hands on.
-* `snapshot(cache)` / `restore(snapshot)`: a fresh cache of exactly the snapshot's positions, so a
-  decode step can be timed at a fixed context length round after round.
+* `snapshot(cache)` / `restore(snapshot)`: a cache of exactly the snapshot's positions, so a
+  decode step can be timed at a fixed context length round after round (a fresh copy, or for a
+  static cache the same buffers rewritten in place).
 
 It deliberately does not call `model.generate()`, sample (greedy only), pad, stop at EOS, build
 models (`models.py`), or decide warmup and rounds (the benchmark suite does).
@@ -158,6 +159,9 @@ class CacheSnapshot:
     cache: Any
     seq_len: int
     kv_bytes: int
+    # The cache a restore writes into, when its buffers have fixed addresses (a static cache:
+    # compiled graphs and CUDA graphs keep them); None: each restore is a fresh copy.
+    live: Any = None
 
 
 class Engine:
@@ -344,12 +348,21 @@ class Engine:
             cache=compat.copy_cache(cache, host),
             seq_len=compat.cache_seq_length(cache),
             kv_bytes=measure_kv(cache).logical_bytes,
+            live=cache if compat.has_static_addresses(cache) else None,
         )
 
     def restore(self, snapshot: CacheSnapshot) -> Any:
-        """A fresh cache with the snapshot's positions and KV bytes; the snapshot stays reusable."""
+        """A cache with the snapshot's positions and KV bytes; the snapshot stays reusable.
+
+        A cache with fixed-address buffers is the same object every time, rewritten in place
+        (`compat.copy_into`): a new one would make a compiled step recompile or re-record.
+        """
         device = None if self.device.type == "cpu" else self.device
-        cache = compat.copy_cache(snapshot.cache, device)
+        if snapshot.live is not None:
+            compat.copy_into(snapshot.live, snapshot.cache)
+            cache = snapshot.live
+        else:
+            cache = compat.copy_cache(snapshot.cache, device)
         restored = compat.cache_seq_length(cache)
         if restored != snapshot.seq_len:  # a bug in copy_cache, not a user error
             raise RuntimeError(

@@ -26,6 +26,7 @@ are refused with the reason (`unsupported_reason`) rather than guessed.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -257,22 +258,95 @@ def is_static_cache(cache: Any) -> bool:
 
 
 def make_static_cache(model: Any, *, batch: int, max_cache_len: int) -> Any:
-    """An empty `StaticCache` of `max_cache_len` positions for `model` (4.46 and 5.x calls).
+    """An empty `StaticCache` of `max_cache_len` positions for `model`, allocated now.
 
-    transformers >= 4.56 allocates each layer lazily at its first update (inside the prefill,
-    as `generate` does); older releases allocate every layer here, on the model's device.
+    Every K/V buffer exists before the first forward, on the model's device, zero-filled and
+    marked with `torch._dynamo.mark_static_address`: a compiled prefill then writes into
+    buffers it did not create. transformers >= 4.56 would otherwise allocate each layer lazily
+    inside the first update, so under `torch.compile` the buffers are made inside the traced
+    prefill, unmarked (transformers skips the mark while tracing: "Without this, we cannot use
+    cudagraphs"), and with CUDA graphs they are outputs of the captured prefill, which the next
+    replay overwrites. Older releases allocate and mark every layer in `StaticCache.__init__`.
     """
     config = model.config
     # Built under inference mode, like every tensor the forward and `compat.copy_cache` make:
-    # a compiled forward guards on the dispatch keys of the cache's counter tensors, so a cache
-    # built outside it and its restored copies (inference tensors) would force a recompile.
+    # a compiled forward guards on the dispatch keys of the cache's tensors, so a cache built
+    # outside it and its restored copies (inference tensors) would force a recompile.
     with torch.inference_mode():
-        if _TRANSFORMERS_VERSION >= STATIC_SLIDING_SINCE:
-            return cache_utils.StaticCache(config=config, max_cache_len=max_cache_len)
-        return cache_utils.StaticCache(
-            config=config,
-            batch_size=batch,
-            max_cache_len=max_cache_len,
-            device=model.device,
-            dtype=model.dtype,
+        if _TRANSFORMERS_VERSION < STATIC_SLIDING_SINCE:
+            return cache_utils.StaticCache(
+                config=config,
+                batch_size=batch,
+                max_cache_len=max_cache_len,
+                device=model.device,
+                dtype=model.dtype,
+            )
+        cache = cache_utils.StaticCache(config=config, max_cache_len=max_cache_len)
+        _initialize_layers(cache, config, batch=batch, dtype=model.dtype, device=model.device)
+        return cache
+
+
+def _initialize_layers(
+    cache: Any, config: Any, *, batch: int, dtype: torch.dtype, device: torch.device
+) -> None:
+    """Allocate every layer of a (>= 4.56) StaticCache now, as `early_initialization` does.
+
+    `early_initialization` takes one head count and width for K and V alike; MLA caches K and
+    V of different widths, so each layer gets its own empty K and V (no position allocated)
+    shaped from the analytic layout (`kv.analytic_kv`), the same shapes the forward writes.
+    """
+    layout = analytic_kv(text_config(config), dtype=dtype, batch=batch, seq_len=1).layers
+    if len(layout) != len(cache.layers):
+        raise KVError(
+            f"the StaticCache has {len(cache.layers)} layers but the config describes "
+            f"{len(layout)}; phasebench cannot allocate it ahead of the prefill."
         )
+    for layer, expected in zip(cache.layers, layout, strict=True):
+        if getattr(layer, "is_initialized", False) or not getattr(
+            layer, "supports_early_init", True
+        ):
+            continue  # DummyLayer (KV-sharing layers) and the like hold nothing
+        if not expected.k_shape or not expected.v_shape:
+            continue
+        keys = torch.zeros(
+            (*expected.k_shape[:2], 0, expected.k_shape[3]), dtype=dtype, device=device
+        )
+        values = torch.zeros(
+            (*expected.v_shape[:2], 0, expected.v_shape[3]), dtype=dtype, device=device
+        )
+        # 4.56-4.57 size both from the keys (`lazy_initialization(key_states)`); 5.x takes both.
+        if len(inspect.signature(layer.lazy_initialization).parameters) >= 2:
+            layer.lazy_initialization(keys, values)
+        else:
+            layer.lazy_initialization(keys)
+
+
+class StaticCacheSlot:
+    """One static cache per cell, handed to every prefill of the cell after `reset()`.
+
+    A compiled forward treats the cache's buffers as fixed addresses (`mark_static_address`;
+    CUDA graphs replay on them), so the cell keeps one cache: a new cache per round would make
+    dynamo recompile (an identity guard) or CUDA graphs re-record. `reset()` zeroes the buffers
+    and the position counters in place (as `generate` does when it reuses its static cache), so
+    the used bytes measured after a prefill are that prefill's alone. The reset runs inside the
+    prefill a benchmark times, where a lazily allocating cache zero-filled new buffers instead.
+    """
+
+    def __init__(self, model: Any, max_cache_len: int) -> None:
+        self._model = model
+        self._max_cache_len = max_cache_len
+        self._cache: Any = None
+        self._batch = 0
+
+    def __call__(self, batch: int) -> Any:
+        """The cell's cache for a prefill of `batch` sequences: allocated once, then reset."""
+        if self._cache is None or batch != self._batch:
+            self._cache = None  # drop the old buffers before allocating the new ones
+            self._cache = make_static_cache(
+                self._model, batch=batch, max_cache_len=self._max_cache_len
+            )
+            self._batch = batch
+            return self._cache
+        with torch.inference_mode():  # its buffers are inference tensors
+            self._cache.reset()
+        return self._cache

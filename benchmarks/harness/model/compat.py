@@ -12,7 +12,9 @@
   prompt between rounds. K/V tensors of layers that only ever grow by concatenation (dynamic and
   sliding-window dynamic layers, 4.4x `key_cache` lists, legacy tuples) are shared, because the
   model never writes into them; everything else is cloned. No cropping is needed, so sliding
-  layers that already dropped positions restore exactly.
+  layers that already dropped positions restore exactly. Copies are inference tensors on every
+  device, like the forward's. `copy_into` restores a cache whose buffers have fixed addresses
+  (`has_static_addresses`: a static cache a compiled graph keeps) by writing into them.
 
 It deliberately does not load models, count KV bytes (`kv.py`) or decide what to measure.
 """
@@ -186,12 +188,64 @@ def copy_cache(cache: Any, device: torch.device | str | None = None) -> Any:
     is copied onto `device` (nothing shared): a snapshot kept on the host costs the accelerator
     nothing, and a copy back from it is a fresh cache the device holds alone.
     """
-    if device is None:
-        memo = {id(t): t for t in _append_only_tensors(cache)}
-    else:
-        memo = {id(t): t.to(device, copy=True) for t in _all_tensors(cache)}
+    # Every copy is made under inference mode, as the forward makes its tensors: a graph
+    # compiled on inference tensors recompiles for an ordinary one (dynamo guards on the
+    # dispatch keys), so a restored cache must hold inference tensors on every device.
     with torch.inference_mode():
+        if device is None:
+            memo = {id(t): t for t in _append_only_tensors(cache)}
+        else:
+            memo = {id(t): t.to(device, copy=True) for t in _all_tensors(cache)}
         return copy.deepcopy(cache, memo=dict(memo))
+
+
+def has_static_addresses(cache: Any) -> bool:
+    """Whether the model writes `cache` in place into buffers marked as fixed addresses.
+
+    `torch._dynamo.mark_static_address` (transformers' `StaticCache`) tells compiled graphs and
+    CUDA graphs that the buffer stays put, so such a cache is restored into (`copy_into`), not
+    replaced by a copy.
+    """
+    return any(hasattr(t, "_dynamo_static_input_type") for t in _all_tensors(cache))
+
+
+def copy_into(target: Any, source: Any) -> None:
+    """Write `source`'s state into `target` in place: tensors by `copy_`, plain values by
+    assignment. `source` is a copy of `target` (`copy_cache`), so both have one structure."""
+    with torch.inference_mode():  # the buffers are inference tensors
+        _copy_state(target, source, set())
+
+
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def _copy_state(target: Any, source: Any, seen: set[int]) -> None:
+    if id(source) in seen or isinstance(source, _PLAIN):
+        return
+    seen.add(id(source))
+    if isinstance(source, torch.Tensor):
+        if not isinstance(target, torch.Tensor) or target.shape != source.shape:
+            raise EngineError(
+                "cannot restore a cache in place: its tensors changed shape since the snapshot; "
+                "take the snapshot from the cache the rounds use"
+            )
+        target.copy_(source)
+        return
+    if isinstance(source, dict):
+        pairs = [(key, target[key], value) for key, value in source.items()]
+    elif isinstance(source, list | tuple):
+        pairs = list(zip(range(len(source)), target, source, strict=True))
+    elif hasattr(source, "__dict__") and not isinstance(source, type):
+        pairs = [(name, getattr(target, name), value) for name, value in vars(source).items()]
+    else:
+        return
+    for key, into, value in pairs:
+        if not isinstance(value, _PLAIN):
+            _copy_state(into, value, seen)
+        elif isinstance(target, dict | list):
+            target[key] = value
+        elif not isinstance(target, tuple):
+            setattr(target, str(key), value)  # e.g. a sliding layer's position count
 
 
 def _all_tensors(obj: Any) -> Iterator[torch.Tensor]:

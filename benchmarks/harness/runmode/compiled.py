@@ -10,7 +10,14 @@
   inductor's on-disk cache made it a warm-cache figure). One untimed generation of N tokens
   follows, so every shape the cell's measurements use is compiled before any timed round
   (with a dynamic cache the context length grows, and dynamo recompiles once for a dynamic
-  length). The counters of that phase are recorded.
+  length). The counters of that phase are recorded. Where the mode captures CUDA graphs
+  (`reduce-overhead`, and `max-autotune`, whose inductor config turns them on too; on CUDA
+  only) the first calls run with inductor's `cudagraph_or_error`, and a graph that was still
+  skipped (`counters["inductor"]["cudagraph_skips"]`) fails the cell with torch's reason
+  (`CudaGraphsSkippedError`): a silently eager "reduce-overhead" cell would be mislabelled.
+  CUDA graphs free or overwrite a replay's outputs at the next replay; the engine computes the
+  next token from the logits before it calls the model again and keeps no other output (the
+  static cache's buffers are inputs, allocated before the first call: `static.make_static_cache`).
 * `TimedWindow`: around the timed rounds. It reads `torch._dynamo.utils.counters` before and
   after (frames compiled, graph breaks) and sets `torch._dynamo.config.error_on_recompile`, so
   a recompilation inside the timed rounds stops the cell with dynamo's guard-failure reason
@@ -23,13 +30,15 @@ anything but the model's call.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
 import torch
 import torch._dynamo
+import torch._inductor.config
 from torch._dynamo.utils import counters
 
 from benchmarks.harness.device.devices import device_sync
@@ -38,6 +47,20 @@ from benchmarks.harness.errors import PhasebenchError
 
 class CompiledInTimedRoundsError(PhasebenchError, AssertionError):
     """torch.compile compiled or recompiled during timed rounds: they timed compilation."""
+
+
+class CudaGraphsSkippedError(PhasebenchError, AssertionError):
+    """A CUDA-graph cell ran (partly) without CUDA graphs: it would not measure its mode."""
+
+
+# Modes whose inductor options turn CUDA graphs on (`torch._inductor.list_mode_options`:
+# `triton.cudagraphs` for both); they are captured on CUDA devices only.
+CUDA_GRAPH_MODES = frozenset({"reduce-overhead", "max-autotune"})
+
+
+def uses_cuda_graphs(mode: str | None, device_type: str) -> bool:
+    """Whether torch.compile in `mode` captures CUDA graphs on a device of `device_type`."""
+    return mode in CUDA_GRAPH_MODES and device_type == "cuda"
 
 
 def is_compiled(mode: str | None) -> bool:
@@ -66,6 +89,9 @@ class DynamoCounts:
     # compile_s with hits is a warm-cache figure, not the cold cost.
     fx_cache_hits: int = 0
     fx_cache_misses: int = 0
+    # Graphs inductor compiled with CUDA graphs on but ran without them (also counted on CPU,
+    # where a CUDA-graph mode has nothing to capture).
+    cudagraph_skips: int = 0
 
     @classmethod
     def now(cls) -> DynamoCounts:
@@ -76,6 +102,7 @@ class DynamoCounts:
             graph_breaks=int(sum(counters["graph_break"].values())),
             fx_cache_hits=int(counters["inductor"]["fxgraph_cache_hit"]),
             fx_cache_misses=int(counters["inductor"]["fxgraph_cache_miss"]),
+            cudagraph_skips=int(counters["inductor"]["cudagraph_skips"]),
         )
 
     def since(self, earlier: DynamoCounts) -> DynamoCounts:
@@ -86,6 +113,7 @@ class DynamoCounts:
             graph_breaks=self.graph_breaks - earlier.graph_breaks,
             fx_cache_hits=self.fx_cache_hits - earlier.fx_cache_hits,
             fx_cache_misses=self.fx_cache_misses - earlier.fx_cache_misses,
+            cudagraph_skips=self.cudagraph_skips - earlier.cudagraph_skips,
         )
 
 
@@ -117,11 +145,21 @@ def first_calls(
     torch._dynamo.reset()
     start = DynamoCounts.now()
     device = engine.device
-    prefill_s, prefill = _timed_call(device, lambda: engine.prefill(prompt))
-    decode_s, _ = _timed_call(device, lambda: engine.decode_step(prefill.next_token, prefill.cache))
-    first = DynamoCounts.now().since(start)
-    warm_s, _ = _timed_call(device, lambda: engine.generate(prompt, new_tokens))
+    graphs = uses_cuda_graphs(mode, device.type)
+    with _cuda_graphs_or_error(graphs, mode):
+        prefill_s, prefill = _timed_call(device, lambda: engine.prefill(prompt))
+        decode_s, _ = _timed_call(
+            device, lambda: engine.decode_step(prefill.next_token, prefill.cache)
+        )
+        first = DynamoCounts.now().since(start)
+        warm_s, _ = _timed_call(device, lambda: engine.generate(prompt, new_tokens))
     warmed = DynamoCounts.now().since(start)
+    if graphs and warmed.cudagraph_skips:
+        raise CudaGraphsSkippedError(
+            f"torch.compile {mode}: CUDA graphs were skipped {warmed.cudagraph_skips} time(s) "
+            "(counters['inductor']['cudagraph_skips']) without a reason torch raised; rerun with "
+            "TORCH_LOGS=perf_hints to see it"
+        )
     say(
         f"torch.compile {mode}: compile_s {prefill_s + decode_s:.1f} s (first prefill + decode "
         f"step; inductor cache {first.fx_cache_hits} hit(s), {first.fx_cache_misses} miss(es)), "
@@ -138,6 +176,7 @@ def first_calls(
         "compile_warmup_frames": warmed.frames - first.frames,
         "compile_fx_cache_hits": first.fx_cache_hits,
         "compile_fx_cache_misses": first.fx_cache_misses,
+        "compile_cuda_graphs": graphs,
         "compile_warmup_generation_s": warm_s,
         "compile_warmup": (
             "dynamo reset, first prefill + first decode step timed (compile_s), then one untimed "
@@ -145,6 +184,29 @@ def first_calls(
             "rounds"
         ),
     }
+
+
+@contextmanager
+def _cuda_graphs_or_error(graphs: bool, mode: str | None) -> Iterator[None]:
+    """With `graphs`, make inductor raise where it would skip CUDA graphs, naming why."""
+    if not graphs:
+        yield
+        return
+    options: dict[str, Any] = {}
+    if hasattr(torch._inductor.config.triton, "cudagraph_or_error"):  # where torch has it
+        options["triton.cudagraph_or_error"] = True
+    try:
+        with torch._inductor.config.patch(options):
+            yield
+    except Exception as error:
+        if "cudagraph" not in str(error).lower():
+            raise
+        lines = [line.strip() for line in str(error).splitlines()]
+        reason = next(line for line in lines if "cudagraph" in line.lower())
+        raise CudaGraphsSkippedError(
+            f"torch.compile {mode}: CUDA graphs could not be captured ({reason}); the cell "
+            "would run without them, so it is not measured"
+        ) from error
 
 
 class TimedWindow:

@@ -3,12 +3,14 @@
 * `skip_reason(cell)`: why the cell's attention kernel, cache or compile mode cannot run here
   (None when it can), decided at collection from the model's config and class, the device and
   the dtype: flash-attn not installed, a kernel the device or dtype lacks, a model type that does
-  not support the kernel or a static cache, `reduce-overhead` (CUDA graphs) without CUDA or
-  without a static cache, torch.compile on a CPU without a C++ compiler.
+  not support the kernel or a static cache, `reduce-overhead` without CUDA, CUDA graphs
+  (`reduce-overhead`, `max-autotune` on CUDA) without a static cache, torch.compile on a CPU
+  without a C++ compiler.
 * `build_cell_model(spec, cell, device, dtype)`: the model built with the cell's
   `attn_implementation`, wrapped by `torch.compile` in the cell's mode (`compiled`).
-* `configure_engine(engine, cell)`: the engine's start cache for this cell (a `StaticCache` of
-  `cell.cache_positions` positions, or the model's own dynamic cache).
+* `configure_engine(engine, cell)`: the engine's start cache for this cell (one early-allocated
+  `StaticCache` of `cell.cache_positions` positions, reset before each prefill, or the model's
+  own dynamic cache).
 * `measurement_skip_reason(cell, measurement)`: the harness-overhead module compares with HF
   `generate`, which picks its own cache and compile, so run-mode cells skip it.
 
@@ -31,7 +33,7 @@ from packaging.version import Version
 from benchmarks.harness.cache import static as kv_static
 from benchmarks.harness.matrix.cells import Cell
 from benchmarks.harness.model.models import MODELS_DIR, ModelSpec, build_model, load_model_spec
-from benchmarks.harness.runmode.compiled import compile_model
+from benchmarks.harness.runmode.compiled import compile_model, uses_cuda_graphs
 
 _TORCH_VERSION = Version(torch.__version__.split("+")[0])
 FLEX_ATTENTION_SINCE = Version("2.5.0")
@@ -124,11 +126,15 @@ def compile_reason(compile_mode: str | None, device_type: str, cache: str | None
     """Why torch.compile in `compile_mode` cannot run on this device type, or None."""
     if compile_mode is None or compile_mode == "none":
         return None
-    if compile_mode == "reduce-overhead":
-        if device_type != "cuda":
-            return f"compile reduce-overhead uses CUDA graphs: it needs CUDA, not {device_type}"
-        if cache != "static":
-            return "compile reduce-overhead (CUDA graphs) needs a static cache; add `cache: static`"
+    if compile_mode == "reduce-overhead" and device_type != "cuda":
+        return f"compile reduce-overhead uses CUDA graphs: it needs CUDA, not {device_type}"
+    # max-autotune captures CUDA graphs too (inductor's `triton.cudagraphs`), on CUDA only.
+    if uses_cuda_graphs(compile_mode, device_type) and cache != "static":
+        return (
+            f"compile {compile_mode} on CUDA captures CUDA graphs, which need a static cache "
+            "(a dynamic cache's growing tensors are graph outputs the next replay overwrites); "
+            "add `cache: static`"
+        )
     if device_type == "cpu" and not any(shutil.which(cxx) for cxx in ("g++", "c++", "clang++")):
         return "torch.compile on CPU needs a C++ compiler (no g++, c++ or clang++ on PATH)"
     if device_type == "mps" and compile_mode == "max-autotune":
@@ -155,14 +161,13 @@ def build_cell_model(spec: ModelSpec, cell: Cell, device: torch.device, dtype: t
 
 
 def configure_engine(engine: Any, cell: Cell) -> None:
-    """Point the engine's prefill at this cell's start cache (None: the model's own)."""
+    """Point the engine's prefill at this cell's start cache (None: the model's own).
+
+    A static cell gets one cache for all its prefills (`static.StaticCacheSlot`), allocated
+    ahead of the first forward and reset before each: compiled graphs and CUDA graphs keep its
+    buffers' addresses.
+    """
     positions = cell.cache_positions
-    if positions is None:
-        engine.start_cache = None
-        return
-    model = engine.model
-
-    def static_cache(batch: int) -> Any:
-        return kv_static.make_static_cache(model, batch=batch, max_cache_len=positions)
-
-    engine.start_cache = static_cache
+    engine.start_cache = None  # the previous cell's cache goes before this cell allocates its own
+    if positions is not None:
+        engine.start_cache = kv_static.StaticCacheSlot(engine.model, positions)

@@ -111,3 +111,23 @@ def test_a_zero_filled_but_unwritten_cache_measures_allocated_but_no_used_bytes(
     after = measure_static_kv(cache)
     assert after.allocated_bytes == before.allocated_bytes > 0
     assert (before.used_bytes, after.used_bytes) == (before.allocated_bytes * 3 // 8, 0)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_make_static_cache_allocates_and_marks_every_layer_before_the_first_forward(family):
+    """Allocated ahead of the prefill (not inside it, where a compiled prefill would create the
+    buffers as graph outputs), as inference tensors, each marked as a fixed address for
+    compiled graphs and CUDA graphs."""
+    config = FAMILIES[family]()
+    reason = unsupported_reason(config, _model_class(config))
+    if reason is not None:
+        pytest.skip(reason)
+    cache = make_static_cache(build_tiny(config), batch=2, max_cache_len=CACHE_LEN)
+    expected = analytic_static_kv(
+        config, dtype=torch.float32, batch=2, max_cache_len=CACHE_LEN, seq_len=0
+    )
+    assert measure_static_kv(cache).allocated_bytes == expected.allocated_bytes > 0
+    buffers = [t for t in compat._all_tensors(cache) if t.dim() == 4]
+    assert buffers
+    assert all(t.is_inference() for t in buffers)
+    assert all(hasattr(t, "_dynamo_static_input_type") for t in buffers)

@@ -79,10 +79,21 @@ def test_static_cache_reasons_follow_the_transformers_version():
 
 def test_reduce_overhead_needs_cuda_and_a_static_cache():
     assert "needs CUDA, not cpu" in str(compile_reason("reduce-overhead", "cpu", "static"))
-    assert "needs a static cache" in str(compile_reason("reduce-overhead", "cuda", "dynamic"))
+    assert "need a static cache" in str(compile_reason("reduce-overhead", "cuda", "dynamic"))
     assert compile_reason("reduce-overhead", "cuda", "static") is None
     assert "MPS has neither" in str(compile_reason("max-autotune", "mps", "static"))
     assert compile_reason("none", "cpu", None) is None
+
+
+def test_max_autotune_captures_cuda_graphs_on_cuda_only_so_needs_a_static_cache_there(monkeypatch):
+    """max-autotune turns inductor's CUDA graphs on as reduce-overhead does (it was treated as
+    graph-free): on CUDA it needs a static cache; on a CPU there is nothing to capture."""
+    monkeypatch.setattr(runmode.shutil, "which", lambda name: "/usr/bin/g++")
+    assert "captures CUDA graphs" in str(compile_reason("max-autotune", "cuda", "dynamic"))
+    assert "captures CUDA graphs" in str(compile_reason("max-autotune", "cuda", None))
+    assert compile_reason("max-autotune", "cuda", "static") is None
+    assert compile_reason("max-autotune", "cpu", "dynamic") is None
+    assert compile_reason("default", "cuda", "dynamic") is None
 
 
 def test_compile_on_cpu_needs_a_cxx_compiler(monkeypatch):
