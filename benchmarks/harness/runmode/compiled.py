@@ -139,6 +139,9 @@ def first_calls(
     gets a line before and after (compiling a real model takes minutes on a CPU).
     """
     if not is_compiled(mode):
+        # Release what an earlier compiled cell left with dynamo (its graphs, and the static
+        # caches `mark_static_address` keeps alive), so none of it is in this cell's memory.
+        torch._dynamo.reset()
         return {}
     say = progress or (lambda _line: None)
     say(f"torch.compile {mode}: compiling (first prefill, first decode step, one generation) ...")
