@@ -25,6 +25,7 @@ import pytest
 from pytest_benchmark.utils import safe_dumps
 
 from benchmarks.harness.matrix.cells import Matrix
+from benchmarks.harness.records import phase_energy_fields
 from benchmarks.harness.roofline.peaks import Peaks
 from benchmarks.harness.roofline.roofline import RooflineError, roofline_extra_info
 
@@ -295,6 +296,7 @@ class Rounds:
         # A compiled cell fails if torch.compile (re)compiles in the timed rounds (DESIGN §9).
         from benchmarks.calibration.slowdown import maybe_slow_region  # noqa: PLC0415 - torch
         from benchmarks.harness.device.cpustate import OthersCpuMeter  # noqa: PLC0415 - psutil
+        from benchmarks.harness.device.devstate import meter_for  # noqa: PLC0415 - torch
         from benchmarks.harness.device.fpstate import pin_fp_state, read_fp_state  # noqa: PLC0415
         from benchmarks.harness.runmode.compiled import TimedWindow  # noqa: PLC0415 - torch
 
@@ -304,10 +306,14 @@ class Rounds:
         # changed it); what they ended with is recorded, and the pin restored for what follows.
         pin_fp_state()
         others = OthersCpuMeter()  # two counter reads around the rounds, none inside them
+        device_state = meter_for(params := getattr(benchmark, "params", None) or {})
         with TimedWindow(info.get("cell_id", "?"), info.get("compile_mode")) as window:
             others.start()
+            device_state.start()  # GPU state and energy, read around the rounds only
             benchmark.pedantic(target, setup=self.setup, rounds=rounds, warmup_rounds=0)
+            info.update(device_state.stop())
             info["other_cpu_pct"] = others.stop_pct()
+        info.update(phase_energy_fields(info, round_times(benchmark), params))
         info.update(read_fp_state().as_extra_info())
         pin_fp_state()
         info.update(window.extra_info())
