@@ -28,7 +28,8 @@ from benchmarks.harness.matrix.cells import Matrix
 from benchmarks.harness.matrix.parse import load_matrix
 from benchmarks.harness.matrix.shard import parse_shard, select_shard
 from benchmarks.harness.roofline.peaks import Peaks
-from benchmarks.suite import ACCELERATOR, MATRIX, THREADS, PartialHistory
+from benchmarks.partial import PartialHistory
+from benchmarks.suite import ACCELERATOR, MATRIX, THREADS
 
 SHARD_IDS = pytest.StashKey["frozenset[str] | None"]()
 PEAKS: pytest.StashKey[dict[tuple[str, str], Peaks]] = pytest.StashKey()

@@ -39,7 +39,8 @@ from benchmarks.configure import (
 )
 from benchmarks.fixtures_peaks import peaks, remeasure_peaks
 from benchmarks.fixtures_warmup import warmed
-from benchmarks.harness.device.devices import resolve_device, sync_name
+from benchmarks.harness.device.devices import device_unavailable_reason, resolve_device, sync_name
+from benchmarks.harness.device.fingerprint import mps_fallback_refusal
 from benchmarks.harness.device.fpstate import pin_fp_state
 from benchmarks.harness.device.noise import thermal_state
 from benchmarks.harness.device.synctimer import synced_perf_counter
@@ -47,7 +48,8 @@ from benchmarks.harness.engine import make_prompt
 from benchmarks.harness.matrix.cells import Cell
 from benchmarks.harness.modelcache import Loaded, ModelCache, release_device_memory
 from benchmarks.harness.runmode.decide import configure_engine
-from benchmarks.suite import THREADS, CellRun, Progress, Warmup, mark_partial
+from benchmarks.partial import mark_partial
+from benchmarks.suite import MATRIX, THREADS, CellRun, Progress, Warmup
 
 # Hooks and fixtures defined in the modules above: importing them here is what registers them.
 __all__ = [
@@ -113,8 +115,16 @@ FINISHED = pytest.StashKey[set[str]]()  # node ids of tests whose protocol (tear
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Remember the session: its exit status tells an interrupted run's saved file apart."""
+    """Remember the session: its exit status tells an interrupted run's saved file apart.
+
+    An MPS run with torch's CPU fallback on is refused here (exit 4) unless the user opted in.
+    """
     session.config.stash[SESSION] = session
+    matrix = session.config.stash.get(MATRIX, None)
+    uses_mps = matrix is not None and any(c.device == "mps" for c in matrix.cells)
+    refusal = mps_fallback_refusal(uses_mps and device_unavailable_reason("mps") is None)
+    if refusal is not None:
+        raise pytest.UsageError(refusal)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -6,25 +6,23 @@ conftest's machine-info hook), the `Progress` writer that keeps a long run visib
 `start_record`, which stamps every benchmark with the flat `params` and the schema-1 fields
 (noise control included: the warmup's outcome and the thermal state around the rounds), and
 `Rounds`, which runs timed rounds that keep nothing of one round alive into the next and read
-each round's own memory peak, and `PartialHistory`, which keeps a killed run's finished cells.
+each round's own memory peak (`benchmarks/partial.py` keeps a killed run's finished cells).
 
 It deliberately imports no torch at module level (the root conftest imports it from a hook).
 """
 
 from __future__ import annotations
 
-import copy
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
-from pytest_benchmark.utils import safe_dumps
 
 from benchmarks.harness.matrix.cells import Matrix
+from benchmarks.harness.records import phase_energy_fields
 from benchmarks.harness.roofline.peaks import Peaks
 from benchmarks.harness.roofline.roofline import RooflineError, roofline_extra_info
 
@@ -306,6 +304,7 @@ class Rounds:
         # A compiled cell fails if torch.compile (re)compiles in the timed rounds (DESIGN §9).
         from benchmarks.calibration.slowdown import maybe_slow_region  # noqa: PLC0415 - torch
         from benchmarks.harness.device.cpustate import OthersCpuMeter  # noqa: PLC0415 - psutil
+        from benchmarks.harness.device.devstate import meter_for  # noqa: PLC0415 - torch
         from benchmarks.harness.device.fpstate import pin_fp_state, read_fp_state  # noqa: PLC0415
         from benchmarks.harness.runmode.compiled import TimedWindow  # noqa: PLC0415 - torch
 
@@ -315,11 +314,15 @@ class Rounds:
         # changed it); what they ended with is recorded, and the pin restored for what follows.
         pin_fp_state()
         others = OthersCpuMeter()  # two counter reads around the rounds, none inside them
+        device_state = meter_for(params := getattr(benchmark, "params", None) or {})
         with TimedWindow(info.get("cell_id", "?"), info.get("compile_mode")) as window:
             self._warm_round()
             others.start()
+            device_state.start()  # GPU state and energy, read around the rounds only
             benchmark.pedantic(target, setup=self.setup, rounds=rounds, warmup_rounds=0)
+            info.update(device_state.stop())
             info.update(others.stop_extra_info())
+        info.update(phase_energy_fields(info, round_times(benchmark), params))
         info.update(read_fp_state().as_extra_info())
         pin_fp_state()
         info.update(window.extra_info())
@@ -332,75 +335,3 @@ def max_or_none(values: Any) -> int | None:
     """The largest of the values that are not None; None when there are none."""
     present = [v for v in values if v is not None]
     return max(present) if present else None
-
-
-class PartialHistory:
-    """The run so far as a history file marked partial, rewritten after every finished test.
-
-    pytest-benchmark writes history only when the session ends, so a run killed by a CI time
-    limit (SIGTERM, SIGKILL), a Ctrl-C or a crash would lose every cell it finished. After each
-    test, this writes what pytest-benchmark would save at that moment (same hooks, same
-    machine and commit info) with `machine_info.phasebench.partial = true` (the COMMON
-    contract: a partial file holds only the cells that finished; it is never a complete run),
-    atomically: a temporary file, then a rename. It takes the number pytest-benchmark would
-    give the next file; at a normal end pytest-benchmark saves the complete run under the
-    following number and `discard` removes the partial one. Nothing is written when the run
-    saves no history (no autosave/save, `--benchmark-disable`, xdist).
-    """
-
-    def __init__(self, config: pytest.Config) -> None:
-        self._config = config
-        self._path: Path | None = None
-        self._written = 0
-        self._infos: tuple[dict[str, Any], dict[str, Any]] | None = None
-
-    def _session(self) -> Any:
-        session = getattr(self._config, "_benchmarksession", None)
-        if session is None or session.disabled or session.storage is None:
-            return None
-        return session if (session.save or session.autosave) else None
-
-    def write(self) -> Path | None:
-        """Write the finished benchmarks so far (when there are new ones); the path, or None."""
-        session = self._session()
-        if session is None:
-            return None
-        done = [b for b in session.benchmarks if not b.has_error]
-        if len(done) == self._written:
-            return self._path
-        hook = self._config.hook
-        if self._infos is None:
-            machine_info = session.get_machine_info()
-            commit_info = hook.pytest_benchmark_generate_commit_info(config=self._config)
-            hook.pytest_benchmark_update_commit_info(config=self._config, commit_info=commit_info)
-            self._infos = (machine_info, commit_info)
-        if self._path is None:
-            name = session.save or session.autosave
-            self._path = Path(session.storage.get(f"{session.storage._next_num}_{name}.json"))
-        output = hook.pytest_benchmark_generate_json(
-            config=self._config,
-            benchmarks=done,
-            include_data=session.save_data,
-            machine_info=copy.deepcopy(self._infos[0]),
-            commit_info=copy.deepcopy(self._infos[1]),
-        )
-        hook.pytest_benchmark_update_json(config=self._config, benchmarks=done, output_json=output)
-        mark_partial(output)
-        temporary = self._path.with_name(f".{self._path.name}.tmp")
-        try:
-            temporary.write_text(safe_dumps(output, ensure_ascii=True, indent=4), "utf-8")
-            temporary.replace(self._path)  # atomic on POSIX and Windows
-        finally:  # a Ctrl-C mid-write leaves the previous partial file, never a torn one
-            temporary.unlink(missing_ok=True)
-        self._written = len(done)
-        return self._path
-
-    def discard(self) -> None:
-        """Remove the partial file (the complete run has been saved under its own number)."""
-        if self._path is not None and self._path.exists():
-            self._path.unlink()
-
-
-def mark_partial(output_json: dict[str, Any]) -> None:
-    """Flag a history file as holding only the cells that finished (`phasebench.partial`)."""
-    output_json.setdefault("machine_info", {}).setdefault("phasebench", {})["partial"] = True

@@ -210,3 +210,38 @@ def _scalar_or_str(value: Any) -> Any:
         except (TypeError, ValueError, RuntimeError):
             pass
     return str(value)
+
+
+# Tokens one timed round processes, per measurement whose rounds are a single phase: prefill
+# rounds take B x P prompt tokens, decode rounds produce B tokens (one step).
+PHASE_TOKENS = {
+    "prefill": lambda batch, prompt_len: batch * prompt_len,
+    "decode": lambda batch, prompt_len: batch,
+}
+
+
+def phase_energy_fields(
+    info: Mapping[str, Any], rounds_s: Sequence[float] | None, params: Mapping[str, Any]
+) -> dict[str, Any]:
+    """`prefill_j_per_tok` or `decode_j_per_tok` from the energy window around the rounds.
+
+    `info` is the benchmark's extra_info (its `measurement` and the `energy_window_*` fields of
+    `devstate.RoundsMeter`), `params` the cell's axes (`batch`, `prompt_len`). The window also
+    holds the untimed setup between rounds (the prompt copy, a cache restore), which the counter
+    is too coarse to cut out; so the window's mean power is charged for the timed seconds only:
+    `J/tok = energy_window_j / energy_window_s * sum(rounds_s) / (rounds * tokens per round)`.
+    Total energy, idle power included. {} for a measurement that is not one phase; None (the
+    counter's `energy_reason` says why) when there is no reading or no round times.
+    """
+    tokens = PHASE_TOKENS.get(str(info.get("measurement", "")))
+    batch, prompt_len = params.get("batch"), params.get("prompt_len")
+    if tokens is None or not isinstance(batch, int) or not isinstance(prompt_len, int):
+        return {}
+    name = f"{info['measurement']}_j_per_tok"
+    window_j, window_s = info.get("energy_window_j"), info.get("energy_window_s")
+    timed_s = sum(rounds_s) if rounds_s else None
+    if timed_s is None or not isinstance(window_j, int | float) or not window_s or window_s <= 0:
+        return {name: None, "energy_timed_s": timed_s}
+    timed_j = float(window_j) / float(window_s) * timed_s
+    count = len(rounds_s or ()) * tokens(batch, prompt_len)
+    return {name: timed_j / count, "energy_timed_s": timed_s}

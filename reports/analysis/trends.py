@@ -35,22 +35,24 @@ class StepMark:
 
 @dataclass(frozen=True)
 class Trend:
-    """Per-run medians of one benchmark's primary timing (aggregated to at most max_points).
+    """Per-run values of one benchmark's metric (aggregated to at most max_points).
 
-    `x` is the run's position in the comparison (0 = oldest baseline run), `y_s` its median
-    seconds (a bucket's median of run medians when aggregated), `label` its commit and time;
-    the last point is the current run.
+    `x` is the run's position in the comparison (0 = oldest baseline run), `y` its value in
+    `unit` (a bucket's median of run values when aggregated), `label` its commit and time; the
+    last point is the current run. The primary timing's value is the run's median round (`s`);
+    energy trends (`J/tok`) plot the recorded `*_j_per_tok`, which are shown, not judged.
     """
 
     fullname: str
     cell_id: str
     metric: str
     x: tuple[float, ...]
-    y_s: tuple[float, ...]
+    y: tuple[float, ...]
     label: tuple[str, ...]
     steps: tuple[StepMark, ...]
     aggregated: bool
     verdict: VerdictName | None
+    unit: str = "s"
 
 
 @dataclass(frozen=True)
@@ -150,14 +152,51 @@ def trends(
                 cell_id=bench.cell_id,
                 metric=metric,
                 x=x,
-                y_s=y,
+                y=y,
                 label=labels,
                 steps=tuple(bench_steps),
                 aggregated=aggregated,
                 verdict=by_key.get((fullname, metric)),
             )
         )
+        trends.extend(_energy_trends(comparison, fullname, run_labels, max_points))
     return trends, steps
+
+
+# Energy per token per phase (DESIGN §3): a trend beside the phase's timing, never a verdict.
+ENERGY_METRICS = ("prefill_j_per_tok", "decode_j_per_tok")
+
+
+def _energy_trends(
+    comparison: Comparison, fullname: str, run_labels: Sequence[str], max_points: int
+) -> list[Trend]:
+    runs = [*comparison.baseline, comparison.current]
+    bench = comparison.current.benchmarks[fullname]
+    out = []
+    for metric in ENERGY_METRICS:
+        if _metric_value(comparison.current, fullname, metric) is None:
+            continue  # no counter for the current run: no chart (the "now" table says why)
+        values = [_metric_value(r, fullname, metric) for r in runs]
+        pts = [(float(i), v, run_labels[i]) for i, v in enumerate(values) if v]
+        x, y, labels, aggregated = _downsample(
+            [p[0] for p in pts], [p[1] for p in pts], [p[2] for p in pts], max_points
+        )
+        marks = _steps_for(fullname, metric, comparison.baseline, values[:-1])
+        out.append(
+            Trend(
+                fullname,
+                bench.cell_id,
+                metric,
+                x,
+                y,
+                labels,
+                tuple(marks),
+                aggregated,
+                None,
+                "J/tok",
+            )
+        )
+    return out
 
 
 def decode_curves(comparison: Comparison, max_points: int) -> list[DecodeCurve]:

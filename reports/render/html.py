@@ -111,6 +111,15 @@ def fmt_rate(value: float | None) -> str:
     return f"{value:.3g} tok/s"
 
 
+def fmt_joules_per_token(value: float | None) -> str:
+    """Joules per token with three significant figures, in mJ below one joule."""
+    if value is None or math.isnan(value):
+        return "n/a"
+    if abs(value) < 1:
+        return f"{value * 1e3:.3g} mJ/tok"
+    return f"{value:.3g} J/tok"
+
+
 def fmt_value(value: float | None, metric: str) -> str:
     """A metric value in its unit, chosen from the metric's name suffix."""
     if value is None:
@@ -154,6 +163,7 @@ def environment(markdown: bool) -> jinja2.Environment:
         plainpct=fmt_plain_pct,
         si=fmt_si,
         rate=fmt_rate,
+        j_per_tok=fmt_joules_per_token,
         value=fmt_value,
         sortv=sort_value,
         md=md_escape,
@@ -200,8 +210,9 @@ def chart_data(machine: MachineReport, index: int) -> dict[str, Any]:
             f"t{index}-{i}": {
                 "title": t.cell_id,
                 "metric": t.metric,
+                "unit": t.unit,
                 "x": list(t.x),
-                "y": list(t.y_s),
+                "y": list(t.y),
                 "labels": list(t.label),
                 "steps": [
                     {"x": float(s.run_index), "rel": s.rel_change, "commit": s.commit_id[:10]}

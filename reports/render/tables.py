@@ -144,6 +144,12 @@ class NowRow:
     prefill_pct_of_peak: float | None
     decode_pct_of_peak: float | None
     peak_source: str = "n/a"  # extra_info.peak_source: whose peak the % is of (roofline code)
+    # Joules per token per phase from a hardware counter (test_prefill / test_decode records);
+    # `energy_source` names the counter(s), `energy_reason` why there is none.
+    prefill_j_per_tok: float | None = None
+    decode_j_per_tok: float | None = None
+    energy_source: str = "n/a"
+    energy_reason: str | None = None
 
 
 def now_axes(rows: Sequence[NowRow]) -> tuple[str, ...]:
@@ -157,6 +163,12 @@ def _first(benches: Sequence[Mapping[str, object]], key: str) -> float | None:
         if value is not None:
             return value
     return None
+
+
+def _texts(extras: Sequence[Mapping[str, object]], key: str) -> str | None:
+    """The distinct strings the cell's benchmarks hold at `key`, joined; None when none does."""
+    found = sorted({str(e[key]) for e in extras if isinstance(e.get(key), str) and e[key]})
+    return " · ".join(found) if found else None
 
 
 def now_rows(run: Run) -> list[NowRow]:
@@ -195,6 +207,10 @@ def now_rows(run: Run) -> list[NowRow]:
                     ),
                     "n/a",
                 ),
+                prefill_j_per_tok=_first(extras, "prefill_j_per_tok"),
+                decode_j_per_tok=_first(extras, "decode_j_per_tok"),
+                energy_source=_texts(extras, "energy_source") or "n/a",
+                energy_reason=_texts(extras, "energy_reason"),
             )
         )
     return rows

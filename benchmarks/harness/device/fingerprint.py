@@ -78,8 +78,47 @@ def machine_fingerprint(device: torch.device | None = None) -> dict[str, str]:
         # How OpenMP workers wait between parallel regions (root conftest.py sets PASSIVE unless
         # the user chose): it decides whether rounds collapse when a neighbour takes a core.
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", UNSET),
+        **mps_fallback_state(),
     }
     return {key: str(value) for key, value in fingerprint.items()}
+
+
+MPS_FALLBACK_ENV = "PYTORCH_ENABLE_MPS_FALLBACK"
+ALLOW_MPS_FALLBACK_ENV = "PHASEBENCH_ALLOW_MPS_FALLBACK"
+
+
+def mps_fallback_enabled(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether torch will run ops MPS lacks on the CPU: it reads the variable as an integer,
+    and any value but 0 turns the fallback on."""
+    value = (os.environ if environ is None else environ).get(MPS_FALLBACK_ENV, "").strip()
+    return value not in ("", "0")
+
+
+def mps_fallback_state(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`PYTORCH_ENABLE_MPS_FALLBACK` as set (or `unset`) and whether the user opted in to it."""
+    env = os.environ if environ is None else environ
+    return {
+        "pytorch_enable_mps_fallback": env.get(MPS_FALLBACK_ENV, UNSET),
+        "mps_fallback_opt_in": "yes" if env.get(ALLOW_MPS_FALLBACK_ENV) == "1" else "no",
+    }
+
+
+def mps_fallback_refusal(uses_mps: bool, environ: Mapping[str, str] | None = None) -> str | None:
+    """Why an MPS run must not start (None: it may).
+
+    With the fallback on, an op MPS lacks runs silently on the CPU: the cell's time is then a
+    CPU-and-copies time recorded as an MPS one. Such a run is refused unless the user opts in
+    (`PHASEBENCH_ALLOW_MPS_FALLBACK=1`); an opted-in run is marked (`mps_fallback_opt_in`,
+    and the variable in the stack), so its report says so.
+    """
+    env = os.environ if environ is None else environ
+    if not uses_mps or not mps_fallback_enabled(env) or env.get(ALLOW_MPS_FALLBACK_ENV) == "1":
+        return None
+    return (
+        f"{MPS_FALLBACK_ENV}={env.get(MPS_FALLBACK_ENV)} is set: ops MPS lacks would run on the "
+        "CPU and be recorded as MPS times. Unset it, or opt in with "
+        f"{ALLOW_MPS_FALLBACK_ENV}=1 (the run is then marked as using the CPU fallback)."
+    )
 
 
 def cpu_kernel_level() -> dict[str, str]:
@@ -126,8 +165,11 @@ STACK_FIELDS = (
     "aten_cpu_capability",
     "onednn_max_cpu_isa",
     "omp_wait_policy",
+    "pytorch_enable_mps_fallback",
 )
 """The software stack: a run whose stack differs is judged against the same hardware's runs."""
+# Left out of the stack while unset, so history recorded before it was a field reads the same.
+_STACK_WHEN_SET = ("pytorch_enable_mps_fallback",)
 
 
 def hardware_id(fp: Mapping[str, str]) -> str:
@@ -139,8 +181,13 @@ def hardware_id(fp: Mapping[str, str]) -> str:
 
 
 def stack(fp: Mapping[str, str]) -> dict[str, str]:
-    """The software-stack fields of `fp` (`STACK_FIELDS`, absent ones left out)."""
-    return {key: str(fp[key]) for key in STACK_FIELDS if key in fp}
+    """The software-stack fields of `fp` (`STACK_FIELDS`, absent ones left out, and the MPS
+    fallback while unset)."""
+    return {
+        key: str(fp[key])
+        for key in STACK_FIELDS
+        if key in fp and not (key in _STACK_WHEN_SET and fp[key] == UNSET)
+    }
 
 
 def _os_name() -> str:

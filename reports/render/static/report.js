@@ -118,6 +118,8 @@
   }
   function trendChart(el, t, m) {
     var n = t.x.length;
+    /* seconds as ms; any other unit (J/tok) as a plain number with its unit */
+    var fmt = (t.unit || "s") === "s" ? ms : function (v) { return v === null || v === undefined ? "–" : v.toPrecision(4) + " " + t.unit; };
     var current = t.y.map(function (v, i) { return i === n - 1 ? v : null; });
     var opts = {
       width: Math.max(280, el.clientWidth), height: 220,
@@ -125,12 +127,12 @@
       scales: { x: { time: false } },
       axes: [
         { label: "commit · date", values: runTicks(el, m.ticks || []), size: 46, space: 70, incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500] },
-        { values: function (u, vals) { return vals.map(ms); }, size: 70 }
+        { values: function (u, vals) { return vals.map(fmt); }, size: 70 }
       ],
       series: [
         { label: "run", value: function (u, v, si, di) { return di === null || di === undefined ? "–" : t.labels[di]; } },
-        { label: t.metric, stroke: "#2563eb", width: 1.5, value: function (u, v) { return ms(v); }, points: { size: 4 } },
-        { label: "current", stroke: "#dc2626", width: 0, value: function (u, v) { return ms(v); }, points: { size: 10, fill: "#dc2626" } }
+        { label: t.metric, stroke: "#2563eb", width: 1.5, value: function (u, v) { return fmt(v); }, points: { size: 4 } },
+        { label: "current", stroke: "#dc2626", width: 0, value: function (u, v) { return fmt(v); }, points: { size: 10, fill: "#dc2626" } }
       ],
       hooks: { draw: [stepLines(t.steps), stackLines(el, m.stack || [])] }
     };

@@ -1,0 +1,107 @@
+"""A fake pynvml: GPUs with UUIDs, clocks, throttle bits, power and an energy counter, per GPU.
+
+Each GPU's readings are plain attributes a test changes between calls (the energy counter
+advances as the "rounds" run); a reading set to None raises like NVML's NotSupported.
+"""
+
+# The fake mirrors pynvml's own names (mixedCase functions and constants), which the code calls.
+# ruff: noqa: N802, N815
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class NVMLError(Exception):
+    """What pynvml raises for an unsupported query."""
+
+
+@dataclass
+class FakeGpu:
+    uuid: str
+    sm_mhz: int | None = 1980
+    mem_mhz: int | None = 2619
+    max_sm_mhz: int | None = 1980
+    max_mem_mhz: int | None = 2619
+    throttle_mask: int | None = 0
+    power_mw: int | None = 350_000
+    power_limit_mw: int | None = 700_000
+    energy_mj: int | None = 1_000_000  # total since the driver loaded
+
+
+@dataclass
+class FakeNvml:
+    gpus: list[FakeGpu]
+    fail_init: bool = False
+    inits: int = 0
+    shutdowns: int = 0
+    calls: list[str] = field(default_factory=list)
+
+    NVML_CLOCK_SM = 1
+    NVML_CLOCK_MEM = 2
+    nvmlClocksThrottleReasonGpuIdle = 0x1
+    nvmlClocksThrottleReasonApplicationsClocksSetting = 0x2
+    nvmlClocksThrottleReasonSwPowerCap = 0x4
+    nvmlClocksThrottleReasonHwSlowdown = 0x8
+    nvmlClocksThrottleReasonSyncBoost = 0x10
+    nvmlClocksThrottleReasonSwThermalSlowdown = 0x20
+    nvmlClocksThrottleReasonHwThermalSlowdown = 0x40
+    nvmlClocksThrottleReasonHwPowerBrakeSlowdown = 0x80
+    nvmlClocksThrottleReasonDisplayClockSetting = 0x100
+
+    def nvmlInit(self) -> None:
+        if self.fail_init:
+            raise NVMLError("NVML_ERROR_DRIVER_NOT_LOADED")
+        self.inits += 1
+
+    def nvmlShutdown(self) -> None:
+        self.shutdowns += 1
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeGpu:
+        return self.gpus[index]
+
+    def nvmlDeviceGetUUID(self, gpu: FakeGpu) -> str:
+        return gpu.uuid
+
+    @staticmethod
+    def _value(value: Any) -> Any:
+        if value is None:
+            raise NVMLError("NVML_ERROR_NOT_SUPPORTED")
+        return value
+
+    def nvmlDeviceGetClockInfo(self, gpu: FakeGpu, clock: int) -> int:
+        return self._value(gpu.sm_mhz if clock == self.NVML_CLOCK_SM else gpu.mem_mhz)
+
+    def nvmlDeviceGetMaxClockInfo(self, gpu: FakeGpu, clock: int) -> int:
+        return self._value(gpu.max_sm_mhz if clock == self.NVML_CLOCK_SM else gpu.max_mem_mhz)
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, gpu: FakeGpu) -> int:
+        return self._value(gpu.throttle_mask)
+
+    def nvmlDeviceGetPowerUsage(self, gpu: FakeGpu) -> int:
+        return self._value(gpu.power_mw)
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, gpu: FakeGpu) -> int:
+        return self._value(gpu.power_limit_mw)
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, gpu: FakeGpu) -> int:
+        self.calls.append("energy")
+        return self._value(gpu.energy_mj)
+
+
+UUIDS = ("GPU-aaaa0000", "GPU-bbbb1111", "GPU-cccc2222")
+
+
+def three_gpus() -> FakeNvml:
+    """NVML's view of a 3-GPU box (PCI order), each GPU with distinct readings."""
+    return FakeNvml([FakeGpu(uuid, sm_mhz=1000 + 100 * i) for i, uuid in enumerate(UUIDS)])
+
+
+def torch_sees(*nvml_positions: int) -> Any:
+    """torch's UUIDs after CUDA_VISIBLE_DEVICES picked these NVML GPUs, in this order."""
+    visible = [UUIDS[i].lower().removeprefix("gpu-") for i in nvml_positions]
+    return lambda index: visible[index] if index < len(visible) else None
