@@ -21,6 +21,8 @@ current run, so neither side is judged by a rule the other escapes:
   limit on the same side of the older runs (5 robust SDs for one run, 3 for two or more), they
   are main's current level, and the baseline level is theirs alone: the interval widens with
   the few runs behind it rather than comparing with the level before the step.
+- **A state is not a step** (`level_start`): where main's level began, by segment medians, so
+  that a recurring state clustered in the window does not cut the baseline.
 - **The machine's noise** (`suite_run_var`): the typical run-to-run variance of the suite's
   benchmarks on this machine, a floor for each benchmark's prior, so that a machine noisier
   than the configured prior is not judged with the prior's optimism when few runs exist.
@@ -30,9 +32,12 @@ Deliberately not here: the variance model (`noise_model`), the decision rule (`d
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections.abc import Sequence
+
+from reports.analysis.changepoints import Step
 
 # 1 / Phi^-1(3/4): turns a median absolute deviation into a normal standard deviation.
 MAD_TO_SIGMA = 1.482602218505602
@@ -147,3 +152,41 @@ def cross_suite_run_var(differences: Sequence[float]) -> float | None:
 def cross_suite_weight_runs(benchmarks: int) -> float:
     """Degrees of freedom the cross-suite estimate is worth: MAD efficiency 37 % x benchmarks."""
     return 0.37 * benchmarks
+
+
+#: Runs away from today's level that a window may hold and still be today's level with a
+#: recurring state in it (a benchmark slow in 15 % of runs; a three-run burst in thirteen).
+STATE_SHARE = 1 / 3
+
+
+def level_start(logs: Sequence[float], steps: Sequence[Step]) -> Step | None:
+    """The step where today's level began, or None when the whole window is today's level.
+
+    Segmentation cuts a window at every level change, but a recurring machine state (a
+    benchmark slow in some runs) also forms segments: a burst of slow runs between runs at
+    today's level, or slow runs that cluster early. One rule decides, by segment medians (a
+    state that is not most of a segment does not move its median): walking from the oldest
+    segment, the baseline starts at the first one at today's level (its median within half the
+    last step of the newest segment's) from which on at most `STATE_SHARE` of the runs lie off
+    that level: the segments between are a state that came and went, and stay in the spread.
+    Otherwise the baseline starts at the last step, if the medians confirm it (they differ by
+    at least half the step, in its direction).
+    """
+    if not steps:
+        return None
+    bounds = [0, *(s.index for s in steps), len(logs)]
+    medians = [statistics.median(logs[a:b]) for a, b in itertools.pairwise(bounds)]
+    last = steps[-1]
+    tolerance = abs(last.after - last.before) / 2
+    at_level = [abs(m - medians[-1]) < tolerance for m in medians]
+    for j in range(len(medians) - 1):
+        off = sum(
+            b - a
+            for (a, b), here in zip(itertools.pairwise(bounds[j:]), at_level[j:], strict=False)
+            if not here
+        )
+        if at_level[j] and off <= STATE_SHARE * (len(logs) - bounds[j]):
+            return None if j == 0 else steps[j - 1]
+    jump = medians[-1] - medians[-2]
+    confirmed = jump * (last.after - last.before) > 0 and abs(jump) >= tolerance
+    return last if confirmed else None

@@ -138,7 +138,7 @@ def test_a_current_run_in_a_recurring_state_is_rarely_a_fail():
 def test_a_burst_between_runs_at_todays_level_does_not_cut_the_baseline():
     """Segmentation sees ....SSS...... as two steps; the medians see one level with a state."""
     from reports.analysis.changepoints import detect_steps  # noqa: PLC0415
-    from reports.analysis.series import level_start  # noqa: PLC0415
+    from reports.analysis.levels import level_start  # noqa: PLC0415
 
     burst = [0.0] * 4 + [0.22] * 3 + [0.0] * 13
     rng = random.Random(3)
