@@ -1,10 +1,10 @@
 """Devices and the machine: names, synchronisation, timers, memory counters, machine state.
 
 Owns `devices` (device and dtype names, `device_sync`, `timed`, memory monitors, the CPU meter),
-`synctimer` (the synchronised clock pytest-benchmark uses), `gpuid` (which GPU this is),
-`cpustate` (CPU load and frequency, other processes' CPU use), `fpstate` (FTZ/DAZ, pinned per
-cell), `noise` (warm-up until stable, thread pinning, thermal state) and `fingerprint` (the
-machine and stack a run is recorded on).
+`synctimer` (the synchronised clock pytest-benchmark uses), `freemem` (free memory per device,
+for the memory fit), `gpuid` (which GPU this is), `cpustate` (CPU load and frequency, other
+processes' CPU use), `fpstate` (FTZ/DAZ, pinned per cell), `noise` (warm-up until stable, thread
+pinning, thermal state) and `fingerprint` (the machine and stack a run is recorded on).
 The bottom of the library: nothing here knows a model or a cache.
 
 May import: benchmarks.harness.errors, torch, transformers, psutil, pynvml.
