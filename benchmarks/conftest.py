@@ -8,7 +8,9 @@ modules are imported here (and only here), which registers them:
 * `benchmarks.collect`: `pytest_generate_tests` (cells -> parametrized tests, skips with their
   reason) and `pytest_collection_modifyitems` (shard deselection, build order);
 * `benchmarks.fixtures_warmup`: `warmed` (the cell's untimed warmup, fixed or until stable);
-* `benchmarks.fixtures_peaks`: `peaks` and `remeasure_peaks` (roofline percentages).
+* `benchmarks.fixtures_peaks`: `peaks` and `remeasure_peaks` (roofline percentages), and
+  `peaks_before_build`, which `loaded` waits for: a device's peaks are measured before any
+  model of that device and dtype is built, so no timed round follows the measurement's burst.
 
 Defined here: the fixtures `run` (what a measurement needs, bundled: the `cell`, the `loaded`
 model from the session's one-model slot, the seeded `prompt`, the `warmed` record, the
@@ -37,7 +39,7 @@ from benchmarks.configure import (
     pytest_configure,
     pytest_report_header,
 )
-from benchmarks.fixtures_peaks import peaks, remeasure_peaks
+from benchmarks.fixtures_peaks import peaks, peaks_before_build, remeasure_peaks
 from benchmarks.fixtures_warmup import warmed
 from benchmarks.harness.device.devices import device_unavailable_reason, resolve_device, sync_name
 from benchmarks.harness.device.fingerprint import mps_fallback_refusal
@@ -54,6 +56,7 @@ from benchmarks.suite import MATRIX, THREADS, CellRun, Progress, Warmup
 # Hooks and fixtures defined in the modules above: importing them here is what registers them.
 __all__ = [
     "peaks",
+    "peaks_before_build",
     "pytest_collection_modifyitems",
     "pytest_configure",
     "pytest_generate_tests",
@@ -175,8 +178,14 @@ def cell(request: pytest.FixtureRequest) -> Cell:
 
 
 @pytest.fixture
-def loaded(request: pytest.FixtureRequest, cell: Cell, model_cache: ModelCache) -> Iterator[Loaded]:
-    """The cell's built model (shared with the other cells of its model, device and dtype)."""
+def loaded(
+    request: pytest.FixtureRequest, cell: Cell, peaks_before_build: None, model_cache: ModelCache
+) -> Iterator[Loaded]:
+    """The cell's built model (shared with the other cells of its model, device and dtype).
+
+    After `peaks_before_build`: the device's peaks are known before its first model is built.
+    """
+    del peaks_before_build  # a dependency for its order only
     device = resolve_device(cell.device)
     # Every cell starts in the same process state whatever ran before it: the pinned FP state
     # (FTZ/DAZ off, `fpstate`) and the run's intra-op threads, from the build through the

@@ -2,8 +2,11 @@
 
 * `skip_reason(cell)`: None when the cell can run here, else the reason it is skipped at
   collection (DESIGN §2: never silently dropped): the device is absent, the dtype is not
-  supported there, `P + N - 1` positions exceed what the model was built for, or the cell's
-  run mode (attention kernel, cache, compile; `runmode.skip_reason`) cannot run here.
+  supported there, `P + N - 1` positions exceed what the model was built for, the cell's
+  run mode (attention kernel, cache, compile; `runmode.skip_reason`) cannot run here, or the
+  cell would not fit in the device's free memory (`fit_reason`: weights + KV at P + N - 1 +
+  the prefill's activations, `roofline.fit`, against `device.freemem`), decided before any
+  model is built. `PHASEBENCH_IGNORE_FIT=1` turns the memory check off.
 * `build_order(cells)`: a rank per cell id such that sorting by it keeps the matrix's order but
   puts all cells of one (model, device, dtype) together, so each model is built once per run.
 
@@ -13,17 +16,37 @@ It deliberately does not load the matrix (`matrix/parse.py`), build models, or k
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import torch
+
+from benchmarks.harness.cache.kv import KVLayout
+from benchmarks.harness.cache.state import analytic_state
 from benchmarks.harness.device.devices import (
     device_unavailable_reason,
     dtype_unsupported_reason,
     parse_dtype,
 )
+from benchmarks.harness.device.freemem import FreeMemory, free_memory
+from benchmarks.harness.errors import KVError, PhasebenchError
 from benchmarks.harness.matrix.cells import Cell
 from benchmarks.harness.model.models import MODELS_DIR, load_model_spec
+from benchmarks.harness.roofline.fit import (
+    FitEstimate,
+    ModelFacts,
+    Prefill,
+    activation_bytes,
+    fit_reason,
+    model_facts,
+    notes_for,
+)
+from benchmarks.harness.roofline.flops import UnsupportedArchitectureError
 from benchmarks.harness.runmode.decide import skip_reason as run_mode_skip_reason
+from benchmarks.harness.runmode.kvlayout import analytic_layout
+
+IGNORE_FIT_ENV = "PHASEBENCH_IGNORE_FIT"
 
 
 def skip_reason(cell: Cell, models_dir: Path | None = None) -> str | None:
@@ -45,7 +68,84 @@ def skip_reason(cell: Cell, models_dir: Path | None = None) -> str | None:
             )
     if reason is None:
         reason = run_mode_skip_reason(cell, directory)
+    if reason is None:
+        reason = memory_fit_reason(cell, directory)
     return reason
+
+
+def memory_fit_reason(
+    cell: Cell,
+    models_dir: Path | None = None,
+    free: Callable[[str], FreeMemory] = free_memory,
+) -> str | None:
+    """Why `cell` would not fit in its device's free memory now, or None (also when unknown,
+    or when `PHASEBENCH_IGNORE_FIT` is set to anything but 0)."""
+    if os.environ.get(IGNORE_FIT_ENV, "0") not in ("", "0"):
+        return None
+    try:
+        estimate = fit_estimate(cell, MODELS_DIR if models_dir is None else models_dir)
+    except PhasebenchError:
+        raise  # a broken model file: the user's error, named at collection
+    except Exception:  # any other failure: the cell's own build reports it, recorded per cell
+        return None  # a model that cannot even be built on meta is not skipped for its size
+    return fit_reason(estimate, free(cell.device), f"{IGNORE_FIT_ENV}=1")
+
+
+def fit_estimate(cell: Cell, models_dir: Path) -> FitEstimate:
+    """Weights, cache and activation bytes of `cell` (`roofline.fit`), from its config alone."""
+    dtype = parse_dtype(cell.dtype)
+    facts = _model_facts(cell.model, models_dir, cell.dtype)
+    positions = cell.cache_positions or cell.final_positions
+    errors: list[tuple[str, Exception]] = []
+    cache_bytes: int | None = None
+    largest_layer_bytes = 0
+    try:
+        layout = analytic_layout(cell, facts.config, dtype=dtype, seq_len=cell.final_positions)
+        state = analytic_state(facts.config, dtype=dtype, batch=cell.batch)
+        cache_bytes = layout.total_bytes + state.total_bytes
+        if cell.cache_positions is None:
+            largest_layer_bytes = _largest_layer_copy(layout, cell.final_positions)
+    except KVError as error:
+        errors.append(("KV", error))
+    activations: int | None = None
+    try:
+        activations = activation_bytes(
+            facts.config,
+            Prefill(
+                batch=cell.batch,
+                prompt_len=cell.prompt_len,
+                dtype=dtype,
+                attention=cell.attention or facts.attention,
+                device_type=torch.device(cell.device).type,
+                limits_logits=facts.limits_logits,
+                cache_layer_bytes=largest_layer_bytes,
+            ),
+        )
+    except UnsupportedArchitectureError as error:
+        errors.append(("activations", error))
+    return FitEstimate(
+        weights_bytes=facts.weights_bytes,
+        cache_bytes=cache_bytes,
+        cache_positions=positions,
+        batch=cell.batch,
+        activation_bytes=activations,
+        notes=notes_for(errors),
+    )
+
+
+def _largest_layer_copy(layout: KVLayout, positions: int) -> int:
+    """One layer's K/V at `positions`, windows ignored: a dynamic cache grows by `torch.cat`, and
+    a sliding layer's prefill keeps a view of the whole prompt's storage (FACTS §0.3)."""
+    per_position = (
+        layer.bytes // layer.k_shape[2] for layer in layout.layers if layer.bytes and layer.k_shape
+    )
+    return max(per_position, default=0) * positions
+
+
+@functools.cache
+def _model_facts(model: str, models_dir: Path, dtype: str) -> ModelFacts:
+    """Built on the meta device once per model file and dtype (seconds for an 8B model)."""
+    return model_facts(load_model_spec(model, models_dir), parse_dtype(dtype))
 
 
 @functools.cache
