@@ -22,7 +22,8 @@ same model object and prompt, in alternating order (ABC, CBA, ...):
   CPU at every step), to show what that bookkeeping would add if it were timed.
 
 Medians over runs of each figure and the ratios ours / optimum are printed (and written to
-`--json`), with the machine's load before and after. Threads are pinned (`--threads`;
+`--json`) with the quartiles of the run-by-run ratios (how far the noise reaches) and the
+machine's load before and after. Threads are pinned (`--threads`;
 `OMP_NUM_THREADS` defaults to 1 when unset, before torch is imported) because on a shared
 machine a multi-threaded step waits for its slowest, descheduled thread.
 """
@@ -163,11 +164,23 @@ def compare_dtype(
         "tpot_ratio": ours[1] / theirs[1],
         "runs": found.runs,
     }
+    for i, figure in enumerate(("ttft", "tpot")):  # run by run: how far the noise reaches
+        out[f"{figure}_ratio_quartiles"] = quartiles(
+            [a[i] / b[i] for a, b in zip(found.runs["ours"], found.runs["optimum"], strict=True)]
+        )
     if "instrumented" in arms:
         checked = found.medians("instrumented")
         out["instrumented_tpot_s"] = checked[1]
         out["instrumented_tpot_ratio"] = checked[1] / theirs[1]
     return out
+
+
+def quartiles(values: list[float]) -> list[float]:
+    """[p25, p50, p75] of `values` (all three the value itself for a single run)."""
+    if len(values) < 2:
+        return values * 3
+    low, mid, high = statistics.quantiles(values, n=4, method="inclusive")
+    return [low, mid, high]
 
 
 def save_checkpoint(model_name: str, folder: Path) -> ModelSpec:
@@ -236,7 +249,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['dtype']:>9}: ttft {r['ours_ttft_s'] * 1e3:8.2f} ms vs optimum prefill "
             f"{r['optimum_prefill_s'] * 1e3:8.2f} ms = {r['ttft_ratio']:.3f}x | tpot "
             f"{r['ours_tpot_s'] * 1e3:7.2f} ms vs optimum per-token "
-            f"{r['optimum_per_token_s'] * 1e3:7.2f} ms = {r['tpot_ratio']:.3f}x"
+            f"{r['optimum_per_token_s'] * 1e3:7.2f} ms = {r['tpot_ratio']:.3f}x | run-by-run "
+            f"quartiles ttft {_fmt(r['ttft_ratio_quartiles'])}, tpot "
+            f"{_fmt(r['tpot_ratio_quartiles'])}"
         )
         if "instrumented_tpot_ratio" in r:
             line += f" | instrumented tpot {r['instrumented_tpot_ratio']:.3f}x"
@@ -244,6 +259,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=2) + "\n", "utf-8")
     return 0
+
+
+def _fmt(values: list[float]) -> str:
+    return "/".join(f"{v:.3f}" for v in values)
 
 
 if __name__ == "__main__":
