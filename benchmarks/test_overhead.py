@@ -5,12 +5,16 @@ else), timed round after round like `test_decode` times the engine's step (the c
 to P in each round's untimed `setup`): the floor the engine is compared to.
 
 After the rounds, `harness.overhead.measure_overhead` runs the interleaved comparison of whole
-loops of N tokens (a bare prefill; the bare loop; the engine's whole instrumented
-`Engine.generate`, which test_generate times; HF `model.generate` with exactly N tokens, warmed
-by one untimed call first; ABCD DCBA ... over the cell's rounds, medians) and records in
-`extra_info`: `bare_generate_token_s`, `engine_generate_token_s`, `hf_generate_token_s`,
-`overhead_vs_bare`, `overhead_vs_hf_generate` (None when N = 1), `overhead_prefill_s`,
-`overhead_rounds`, `overhead_new_tokens`. See docs/measurement.md for the method.
+loops of N tokens (a bare prefill; the bare loop, which syncs and copies every token to the host
+as a client does; the engine's client loop `Engine.client_generate`, which test_generate times;
+the instrumented `Engine.generate`, the untimed pass the suite asserts KV bytes on; HF
+`model.generate` with exactly N tokens, warmed by one untimed call first; ABCDE EDCBA ... over
+the cell's rounds, medians) and records in `extra_info`: `bare_generate_token_s`,
+`engine_generate_token_s`, `instrumented_generate_token_s`, `hf_generate_token_s`,
+`overhead_vs_bare`, `overhead_vs_hf_generate` (None when N = 1), `bookkeeping_per_step_s` (the
+instrumented loop's median gap minus the client loop's: the per-step cost of the resource
+recording, kept out of every timed figure), `overhead_prefill_s`, `overhead_rounds`,
+`overhead_new_tokens`. See docs/measurement.md for the method.
 """
 
 from __future__ import annotations
@@ -50,7 +54,10 @@ def test_overhead(run: CellRun, benchmark: Any) -> None:
     Rounds(step, restore).pedantic(benchmark, cell.rounds)
     rounds_s = round_times(benchmark)
 
-    progress(f"{cell.id}: engine vs bare vs HF generate, {cell.rounds} interleaved round(s) ...")
+    progress(
+        f"{cell.id}: bare vs engine vs instrumented vs HF generate, "
+        f"{cell.rounds} interleaved round(s) ..."
+    )
     # The cell is warm (the `run` fixture ran its warmup generations); measure_overhead runs
     # every loop once untimed anyway, for HF generate's own first-call costs.
     result = measure_overhead(
@@ -69,4 +76,7 @@ def test_overhead(run: CellRun, benchmark: Any) -> None:
         }
     )
     ratios = (result.overhead_vs_bare, result.overhead_vs_hf_generate)
-    progress(f"{cell.id}: overhead vs bare {ratios[0]}, vs HF generate {ratios[1]}")
+    progress(
+        f"{cell.id}: overhead vs bare {ratios[0]}, vs HF generate {ratios[1]}, "
+        f"bookkeeping {result.bookkeeping_per_step_s} s/step (untimed)"
+    )

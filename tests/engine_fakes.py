@@ -70,8 +70,24 @@ class Recorder:
 
 
 def install_fake_cuda(monkeypatch: pytest.MonkeyPatch, recorder: Recorder) -> dict[str, int]:
-    """Replace torch.cuda's sync and memory counters with recording fakes; returns the counters."""
+    """Replace torch.cuda's sync and memory counters with recording fakes; returns the counters.
+
+    `memory_stats` answers from the same counters under the allocator's key names, as do the
+    four per-counter functions (each a separate recorded call, as each is a separate read of
+    the whole statistics dictionary in torch).
+    """
     counters = {"allocated": 100, "reserved": 200, "peak_allocated": 150, "peak_reserved": 250}
+    stats_keys = {
+        "allocated_bytes.all.current": "allocated",
+        "reserved_bytes.all.current": "reserved",
+        "allocated_bytes.all.peak": "peak_allocated",
+        "reserved_bytes.all.peak": "peak_reserved",
+    }
+
+    def stats() -> dict[str, int]:
+        return {key: counters[name] for key, name in stats_keys.items()} | {"num_ooms": 0}
+
+    monkeypatch.setattr(torch.cuda, "memory_stats", recorder.fake("cuda.memory_stats", stats))
     monkeypatch.setattr(torch.cuda, "synchronize", recorder.fake("cuda.synchronize"))
     monkeypatch.setattr(
         torch.cuda, "reset_peak_memory_stats", recorder.fake("cuda.reset_peak_memory_stats")

@@ -12,14 +12,17 @@ N new tokens = 1 prefill + (N - 1) decode steps, and the final cache holds P + N
   the form the model takes back.
 * `decode_step(token, cache)`: one forward of `[B, 1]` with the cache, argmax -> next token. It
   times nothing, so a benchmark can time exactly it.
-* `generate(input_ids, N)`: the whole instrumented loop, as the suite runs and times it.
-  `step_s` are the N - 1 synchronized model-side decode steps (instrumentation excluded);
-  `gap_s` are the client-observed gaps between successive token ids arriving on the host
-  (tokens 2..N): this client does its bookkeeping (KV bytes, memory counters, CPU meter) between
-  tokens, so the gaps include it, as `e2e_s` (the whole call) does; `overhead.measure_overhead`
-  says how much that costs against a bare loop. Memory peaks are reset right before each phase
-  (before the `before_prefill` sample, so no earlier work leaks into the prefill's peak), and
-  nothing of one phase is kept into the next beyond the cache the model hands on.
+* `client_generate(input_ids, N)`: the whole loop as a client runs it, and what the suite
+  times: per token only the forward, the argmax, the syncs around the model-side step and the
+  token's copy to the host. `step_s` are the N - 1 synchronized model-side decode steps; `gap_s`
+  the client-observed gaps between successive token ids arriving on the host (tokens 2..N).
+* `generate(input_ids, N)`: the same loop with resources recorded at every phase boundary (KV
+  bytes, memory counters and their per-phase peaks, CPU meter; `memory.PhaseRecorder`): the
+  untimed pass the KV and state checks assert on. Its gaps and `e2e_s` include that
+  bookkeeping, which is how its cost is measured (`bookkeeping_per_step_s`: its median gap
+  minus the plain loop's); its `step_s`, `prefill_s` and `ttft_s` do not. Memory peaks are reset
+  right before each phase (before the `before_prefill` sample, so no earlier work leaks into
+  the prefill's peak), and nothing of one phase is kept into the next beyond the cache.
 * `snapshot(cache)` / `restore(snapshot)`: a cache of exactly the snapshot's positions, so a
   decode step can be timed at a fixed context length round after round (a fresh copy, or for a
   static cache the same buffers rewritten in place).
@@ -32,14 +35,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from functools import partial
 from typing import Any
 
 import torch
 
 from benchmarks.harness.cache.measure import measure_kv
 from benchmarks.harness.device.devices import timed
-from benchmarks.harness.device.memory import CpuMeter, MemoryMonitor, MemorySample
+from benchmarks.harness.device.memory import PhaseRecorder, ResourceSample
 from benchmarks.harness.errors import EngineError
 from benchmarks.harness.model import compat
 
@@ -62,43 +66,6 @@ def make_prompt(
     return ids.to(device)
 
 
-@dataclass(frozen=True)
-class ResourceSample:
-    """Resources at one phase boundary; memory numbers are what `memory_labels` says they are.
-
-    `cpu_percent` covers the phase that just ended (None for `before_prefill`, which ends none);
-    `peak_*` are the phase's peaks (CUDA: allocator peak since the phase began; MPS: running max
-    of boundary samples; CPU: None).
-    """
-
-    phase: str  # before_prefill | after_prefill | after_decode
-    step: int  # 0 for the prefill phases, 1..N-1 for decode steps
-    allocated_bytes: int | None
-    reserved_bytes: int | None
-    peak_allocated_bytes: int | None
-    peak_reserved_bytes: int | None
-    rss_bytes: int
-    kv_bytes: int
-    cpu_percent: float | None
-
-    @classmethod
-    def from_memory(
-        cls, phase: str, step: int, memory: MemorySample, kv_bytes: int, cpu_percent: float | None
-    ) -> ResourceSample:
-        """Combine one memory reading with the KV bytes and CPU percent of the same boundary."""
-        return cls(
-            phase=phase,
-            step=step,
-            allocated_bytes=memory.allocated_bytes,
-            reserved_bytes=memory.reserved_bytes,
-            peak_allocated_bytes=memory.peak_allocated_bytes,
-            peak_reserved_bytes=memory.peak_reserved_bytes,
-            rss_bytes=memory.rss_bytes,
-            kv_bytes=kv_bytes,
-            cpu_percent=cpu_percent,
-        )
-
-
 @dataclass(frozen=True, eq=False)
 class PrefillResult:
     """Output token 1 (`[B, 1]`, on the device), the prompt's cache, and the two prefill times."""
@@ -111,20 +78,30 @@ class PrefillResult:
 
 
 @dataclass(frozen=True, eq=False)
-class DecodeResult:
-    """One whole generation of N tokens; every time in seconds, every size in bytes."""
+class Generation:
+    """One whole generation of N tokens as the client saw it; times in seconds."""
 
     generated_ids: torch.Tensor  # [B, N], on the host
     step_s: tuple[float, ...]  # N - 1 model-side synchronized decode steps
     gap_s: tuple[float, ...]  # N - 1 client-observed gaps between token ids on the host
     ttft_s: float
-    e2e_s: float  # the whole call, bookkeeping included: >= ttft_s + sum(gap_s)
+    e2e_s: float  # the whole call: >= ttft_s + sum(gap_s)
     prefill_s: float
+    cache: Any  # the final cache: P + N - 1 positions
+
+
+@dataclass(frozen=True, eq=False)
+class DecodeResult(Generation):
+    """A generation with resources recorded at every phase boundary (`Engine.generate`).
+
+    Its gaps and `e2e_s` include that bookkeeping; the model-side `step_s` and `prefill_s` and
+    `ttft_s` do not (nothing is recorded between the prompt leaving and token 1 arriving).
+    """
+
     kv_bytes_after_prefill: int
     kv_bytes_per_step: tuple[int, ...]  # after each of the N - 1 decode steps
     samples: tuple[ResourceSample, ...]  # 1 before_prefill + 1 after_prefill + N - 1 after_decode
     memory_labels: Mapping[str, str]
-    cache: Any  # the final cache: P + N - 1 positions
 
     @property
     def peak_allocated_bytes(self) -> int | None:
@@ -260,8 +237,35 @@ class Engine:
                 "exclude this cell."
             )
 
+    def client_generate(self, input_ids: torch.Tensor, new_tokens: int) -> Generation:
+        """N tokens greedily, as a client would: what the suite times (`test_generate`).
+
+        Per token only the forward, the argmax, the syncs that bracket the model-side step and
+        the token's copy to the host: no KV count, memory counter or CPU meter (`generate`).
+        """
+        return self._loop(input_ids, new_tokens, None)
+
     def generate(self, input_ids: torch.Tensor, new_tokens: int) -> DecodeResult:
-        """Generate `new_tokens` greedily: 1 prefill + (N - 1) decode steps, fully instrumented."""
+        """N tokens greedily with every phase boundary recorded: the untimed asserting pass.
+
+        The same loop as `client_generate`, plus KV bytes, memory counters and CPU time after
+        the prefill and after every step (`memory.PhaseRecorder`), which the KV and state
+        checks assert; the time that costs shows in its gaps (`bookkeeping_per_step_s`).
+        """
+        recorder = PhaseRecorder(self.device)
+        run = self._loop(input_ids, new_tokens, recorder)
+        kv_bytes = [s.kv_bytes for s in recorder.samples[1:]]
+        return DecodeResult(
+            **{f.name: getattr(run, f.name) for f in fields(Generation)},
+            kv_bytes_after_prefill=kv_bytes[0],
+            kv_bytes_per_step=tuple(kv_bytes[1:]),
+            samples=tuple(recorder.samples),
+            memory_labels=recorder.monitor.labels,
+        )
+
+    def _loop(
+        self, input_ids: torch.Tensor, new_tokens: int, recorder: PhaseRecorder | None
+    ) -> Generation:
         if input_ids.dim() != 2:
             raise EngineError(
                 f"input_ids must be [batch, prompt_len] (got shape {tuple(input_ids.shape)}); "
@@ -269,65 +273,39 @@ class Engine:
             )
         self.check_request(int(input_ids.shape[-1]), new_tokens)
         call_start_s = time.perf_counter()
-        monitor = MemoryMonitor(self.device)
-        meter = CpuMeter()
-        # Reset first: the before_prefill sample and the prefill's peak then start from what is
-        # allocated now (weights, the prompt), never from a peak left by earlier work.
-        monitor.reset_peak()
-        samples = [ResourceSample.from_memory("before_prefill", 0, monitor.sample(), 0, None)]
-        meter.reset()
-
+        if recorder is not None:
+            recorder.begin()
         prefill = self.prefill(input_ids)
-        cpu_percent = meter.lap()
-        token, cache, ttft_s, prefill_s = (
-            prefill.next_token,
-            prefill.cache,
-            prefill.ttft_s,
-            prefill.prefill_s,
-        )
-        host_tokens = [prefill.host_token]
-        del prefill  # a legacy-tuple cache must not outlive its replacement in the steps below
         arrived_s = time.perf_counter()  # token 1 is on the host (~ client start + ttft_s)
-        kv_after_prefill = self._kv_bytes(cache)
-        samples.append(
-            ResourceSample.from_memory(
-                "after_prefill", 0, monitor.sample(), kv_after_prefill, cpu_percent
-            )
-        )
+        token, cache = prefill.next_token, prefill.cache
+        host_tokens = [prefill.host_token]
+        ttft_s, prefill_s = prefill.ttft_s, prefill.prefill_s
+        del prefill  # a legacy-tuple cache must not outlive its replacement in the steps below
+        if recorder is not None:
+            recorder.end_phase("after_prefill", 0, partial(self._kv_bytes, cache))
 
         step_s: list[float] = []
         gap_s: list[float] = []
-        kv_per_step: list[int] = []
         for step in range(1, new_tokens):
-            monitor.reset_peak()
-            meter.reset()
+            if recorder is not None:
+                recorder.start_phase()
             with timed(self.device) as watch:
                 token, cache = self.decode_step(token, cache)
             host_tokens.append(token.to("cpu"))  # D2H: token `step + 1` reaches the client
             now_s = time.perf_counter()
-            gap_s.append(now_s - arrived_s)  # the bookkeeping since the last token included
+            gap_s.append(now_s - arrived_s)  # the recorder's bookkeeping, if any, included
             arrived_s = now_s
-            cpu_percent = meter.lap()
             step_s.append(watch.elapsed_s)
-            kv_per_step.append(self._kv_bytes(cache))
-            samples.append(
-                ResourceSample.from_memory(
-                    "after_decode", step, monitor.sample(), kv_per_step[-1], cpu_percent
-                )
-            )
-
-        generated = torch.cat(host_tokens, dim=-1)
-        return DecodeResult(
-            generated_ids=generated,
+            if recorder is not None:
+                recorder.end_phase("after_decode", step, partial(self._kv_bytes, cache))
+        e2e_s = time.perf_counter() - call_start_s
+        return Generation(
+            generated_ids=torch.cat(host_tokens, dim=-1),
             step_s=tuple(step_s),
             gap_s=tuple(gap_s),
             ttft_s=ttft_s,
-            e2e_s=time.perf_counter() - call_start_s,
+            e2e_s=e2e_s,
             prefill_s=prefill_s,
-            kv_bytes_after_prefill=kv_after_prefill,
-            kv_bytes_per_step=tuple(kv_per_step),
-            samples=tuple(samples),
-            memory_labels=monitor.labels,
             cache=cache,
         )
 

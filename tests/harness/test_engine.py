@@ -440,3 +440,90 @@ def test_prefill_forward_is_what_prefill_times(llama, monkeypatch):
         measure_kv(compat.adopt_cache(llama, raw)).logical_bytes
         == measure_kv(result.cache).logical_bytes
     )
+
+
+# --- the client loop: nothing but forward, argmax, sync and the token's host copy ------------
+
+
+def test_client_generate_runs_no_bookkeeping(llama, monkeypatch):
+    """What the suite times reads no KV bytes, memory counter, RSS or CPU meter: each of them
+    would land in every client-observed gap (ttft, ITL, tpot, e2e)."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("bookkeeping inside the timed client loop")
+
+    monkeypatch.setattr(engine, "measure_kv", refuse)
+    monkeypatch.setattr(engine, "PhaseRecorder", refuse)
+    eng = Engine(llama, CPU)
+    result = eng.client_generate(make_prompt(2, 4, VOCAB, 0), new_tokens=5)
+    assert result.generated_ids.shape == (2, 5)
+    assert len(result.step_s) == len(result.gap_s) == 4
+    assert compat.cache_seq_length(result.cache) == 4 + 5 - 1
+    assert not hasattr(result, "samples")
+    monkeypatch.undo()
+    checked = Engine(llama, CPU).generate(make_prompt(2, 4, VOCAB, 0), new_tokens=5)
+    assert torch.equal(checked.generated_ids, result.generated_ids)
+
+
+def test_a_bookkeeping_delay_reaches_the_asserting_pass_and_never_the_client_loop(
+    llama, monkeypatch
+):
+    """The same injected delay (10 s per KV count, on the clock the engine reads) lands in
+    every gap of `generate`, and in none of `client_generate`'s figures."""
+    pause_s = 10.0
+
+    class ShiftedClock:
+        offset_s = 0.0
+        process_time = staticmethod(time.process_time)
+
+        @classmethod
+        def perf_counter(cls) -> float:
+            return time.perf_counter() + cls.offset_s
+
+    real_measure = engine.measure_kv
+
+    def slow_measure(cache):
+        ShiftedClock.offset_s += pause_s
+        return real_measure(cache)
+
+    from benchmarks.harness.device import devices  # noqa: PLC0415
+
+    monkeypatch.setattr(engine, "time", ShiftedClock)
+    monkeypatch.setattr(devices, "time", ShiftedClock)
+    monkeypatch.setattr(engine, "measure_kv", slow_measure)
+    eng = Engine(llama, CPU)
+    client = eng.client_generate(make_prompt(1, 4, VOCAB, 0), new_tokens=4)
+    assert client.e2e_s < pause_s
+    assert max(client.gap_s) < pause_s
+    checked = eng.generate(make_prompt(1, 4, VOCAB, 0), new_tokens=4)
+    assert min(checked.gap_s) >= pause_s
+    assert checked.ttft_s < pause_s
+
+
+def test_the_asserting_pass_flags_sampled_peaks_of_a_device_without_a_peak_api(llama, monkeypatch):
+    """An MPS-style allocator (no peak API) gives maxima of samples: every resource sample says
+    so, and the record names them `peak_*_sampled_bytes`, not `peak_allocated_bytes`."""
+    from benchmarks.harness.device import memory  # noqa: PLC0415
+
+    class SampledCounters:
+        peak_sampled = True
+        labels: ClassVar[dict[str, str]] = dict.fromkeys(
+            ("allocated", "reserved", "peak_allocated", "peak_reserved"), "sampled"
+        )
+
+        def __init__(self, device):
+            self.reads = 0
+
+        def reset_peak(self):
+            pass
+
+        def read(self):
+            self.reads += 1
+            return 100 + self.reads, 200, 100 + self.reads, 200
+
+    monkeypatch.setitem(memory._COUNTERS, "cpu", SampledCounters)
+    result = Engine(llama, CPU).generate(make_prompt(1, 4, VOCAB, 0), new_tokens=3)
+    assert all(s.peak_sampled for s in result.samples)
+    fields = memory.peak_fields(result.samples)
+    assert fields["peak_allocated_bytes"] is None
+    assert fields["peak_allocated_sampled_bytes"] == 100 + len(result.samples)

@@ -1,14 +1,19 @@
 """Memory and CPU counters read around a phase: what the device and the process hold.
 
 `MemoryMonitor(device)` reads the device's allocator (CUDA: allocated, reserved and their true
-peaks; MPS: allocated and driver memory, sampled, since MPS has no peak API) and the process
-RSS; `labels` says what each number is. `CpuMeter` measures the process's CPU time over a phase.
+peaks, from one `torch.cuda.memory_stats` call per sample; MPS: allocated and driver memory,
+whose "peak" is only the running max of the samples, since MPS has no peak API, and is flagged
+`peak_sampled`) and the process RSS; `labels` says what each number is. `peak_fields` names a
+true peak and a sampled maximum differently in a record (`peak_allocated_bytes` against
+`peak_allocated_sampled_bytes`), so the two are never compared as one quantity. `CpuMeter`
+measures the process's CPU time over a phase. `PhaseRecorder` reads all of it at every phase
+boundary of one generation: the bookkeeping of the engine's untimed, instrumented pass.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -31,6 +36,8 @@ class MemorySample:
     peak_reserved_bytes: int | None
     rss_bytes: int
     labels: Mapping[str, str] = field(compare=False)
+    # True where the device has no peak counter and the peaks are maxima of samples (MPS).
+    peak_sampled: bool = False
 
 
 class _Counters(Protocol):
@@ -64,13 +71,21 @@ class _NoCounters:
 
 
 class _CudaCounters:
-    """The CUDA caching allocator's own statistics (block-rounded, so never byte-exact)."""
+    """The CUDA caching allocator's own statistics (block-rounded, so never byte-exact).
+
+    One `memory_stats` call per read: `memory_allocated`, `memory_reserved` and their `max_*`
+    each rebuild that whole dictionary, so four calls cost four times one.
+    """
 
     labels: Mapping[str, str] = {
-        "allocated": "torch.cuda.memory_allocated: bytes in live tensors",
-        "reserved": "torch.cuda.memory_reserved: bytes held by the caching allocator",
-        "peak_allocated": "torch.cuda.max_memory_allocated since the phase began",
-        "peak_reserved": "torch.cuda.max_memory_reserved since the phase began",
+        "allocated": "torch.cuda.memory_allocated (memory_stats allocated_bytes.all.current): "
+        "bytes in live tensors",
+        "reserved": "torch.cuda.memory_reserved (memory_stats reserved_bytes.all.current): "
+        "bytes held by the caching allocator",
+        "peak_allocated": "torch.cuda.max_memory_allocated since the phase began "
+        "(memory_stats allocated_bytes.all.peak)",
+        "peak_reserved": "torch.cuda.max_memory_reserved since the phase began "
+        "(memory_stats reserved_bytes.all.peak)",
     }
 
     def __init__(self, device: torch.device) -> None:
@@ -80,26 +95,30 @@ class _CudaCounters:
         torch.cuda.reset_peak_memory_stats(self._device)
 
     def read(self) -> tuple[int | None, int | None, int | None, int | None]:
+        stats = torch.cuda.memory_stats(self._device)
         return (
-            int(torch.cuda.memory_allocated(self._device)),
-            int(torch.cuda.memory_reserved(self._device)),
-            int(torch.cuda.max_memory_allocated(self._device)),
-            int(torch.cuda.max_memory_reserved(self._device)),
+            int(stats.get("allocated_bytes.all.current", 0)),
+            int(stats.get("reserved_bytes.all.current", 0)),
+            int(stats.get("allocated_bytes.all.peak", 0)),
+            int(stats.get("reserved_bytes.all.peak", 0)),
         )
 
 
 class _MpsCounters:
     """MPS has no peak-memory API: the peak is the running max of values sampled at boundaries."""
 
+    peak_sampled = True  # recorded as `peak_*_sampled_bytes`, never as a true peak
     labels: Mapping[str, str] = {
         "allocated": "torch.mps.current_allocated_memory: bytes in live MPS tensors, "
         "sampled at phase boundaries",
         "reserved": "torch.mps.driver_allocated_memory: bytes the Metal driver holds for the "
         "process (allocator pools included), sampled at phase boundaries",
         "peak_allocated": "running max of current_allocated_memory sampled at phase "
-        "boundaries (MPS has no peak API; a lower bound)",
+        "boundaries (MPS has no peak API; a lower bound; recorded as "
+        "peak_allocated_sampled_bytes)",
         "peak_reserved": "running max of driver_allocated_memory sampled at phase "
-        "boundaries (MPS has no peak API; a lower bound)",
+        "boundaries (MPS has no peak API; a lower bound; recorded as "
+        "peak_reserved_sampled_bytes)",
     }
 
     def __init__(self, device: torch.device) -> None:
@@ -161,7 +180,49 @@ class MemoryMonitor:
             peak_reserved_bytes=peak_reserved,
             rss_bytes=int(self._process.memory_info().rss),
             labels=self.labels,
+            # Counters without the flag (test fakes of CUDA-style allocators) have true peaks.
+            peak_sampled=bool(getattr(self._counters, "peak_sampled", False)),
         )
+
+
+PEAK_FIELDS = (
+    "peak_allocated_bytes",
+    "peak_reserved_bytes",
+    "peak_allocated_sampled_bytes",
+    "peak_reserved_sampled_bytes",
+)
+
+
+class PeakReading(Protocol):
+    """What `peak_fields` reads of a `MemorySample` or a `ResourceSample`."""
+
+    @property
+    def peak_allocated_bytes(self) -> int | None: ...
+
+    @property
+    def peak_reserved_bytes(self) -> int | None: ...
+
+    @property
+    def peak_sampled(self) -> bool: ...
+
+
+def peak_fields(readings: Iterable[PeakReading]) -> dict[str, int | None]:
+    """The largest peaks of `readings` under names that say what they are (`PEAK_FIELDS`).
+
+    A true allocator peak (CUDA) goes to `peak_allocated_bytes` / `peak_reserved_bytes`; a
+    maximum of sampled values (MPS, `peak_sampled`) to `peak_*_sampled_bytes`, a lower bound
+    that a cross-device comparison must not take for a peak. None where nothing was read.
+    """
+    values: dict[str, list[int]] = {name: [] for name in PEAK_FIELDS}
+    for reading in readings:
+        suffix = "_sampled_bytes" if reading.peak_sampled else "_bytes"
+        for kind, value in (
+            ("allocated", reading.peak_allocated_bytes),
+            ("reserved", reading.peak_reserved_bytes),
+        ):
+            if value is not None:
+                values[f"peak_{kind}{suffix}"].append(value)
+    return {name: max(found) if found else None for name, found in values.items()}
 
 
 class CpuMeter:
@@ -189,3 +250,79 @@ class CpuMeter:
         if wall_delta_s <= 0.0:
             return 0.0
         return 100.0 * cpu_delta_s / wall_delta_s
+
+
+@dataclass(frozen=True)
+class ResourceSample:
+    """Resources at one phase boundary of a generation; `labels` of the monitor say what each is.
+
+    `cpu_percent` covers the phase that just ended (None for `before_prefill`, which ends none);
+    `peak_*` are the phase's peaks (CUDA: allocator peak since the phase began; MPS: running max
+    of boundary samples, `peak_sampled`; CPU: None).
+    """
+
+    phase: str  # before_prefill | after_prefill | after_decode
+    step: int  # 0 for the prefill phases, 1..N-1 for decode steps
+    allocated_bytes: int | None
+    reserved_bytes: int | None
+    peak_allocated_bytes: int | None
+    peak_reserved_bytes: int | None
+    rss_bytes: int
+    kv_bytes: int
+    cpu_percent: float | None
+    peak_sampled: bool = False
+
+    @classmethod
+    def from_memory(
+        cls, phase: str, step: int, memory: MemorySample, kv_bytes: int, cpu_percent: float | None
+    ) -> ResourceSample:
+        """Combine one memory reading with the KV bytes and CPU percent of the same boundary."""
+        return cls(
+            phase=phase,
+            step=step,
+            allocated_bytes=memory.allocated_bytes,
+            reserved_bytes=memory.reserved_bytes,
+            peak_allocated_bytes=memory.peak_allocated_bytes,
+            peak_reserved_bytes=memory.peak_reserved_bytes,
+            rss_bytes=memory.rss_bytes,
+            kv_bytes=kv_bytes,
+            cpu_percent=cpu_percent,
+            peak_sampled=memory.peak_sampled,
+        )
+
+
+class PhaseRecorder:
+    """Reads memory, CPU time and (through a callable) KV bytes at every phase boundary.
+
+    `begin()` before the prefill: resets the peak first, so the `before_prefill` sample and the
+    prefill's peak start from what is allocated now, never from a peak left by earlier work.
+    `start_phase()` before each decode step resets the peak and the CPU meter; `end_phase()`
+    reads the CPU meter first (so the KV count is not billed to the phase), then the KV bytes,
+    then the memory counters. It costs what it reads, which is why only an untimed pass uses it.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.monitor = MemoryMonitor(device)
+        self.meter = CpuMeter()
+        self.samples: list[ResourceSample] = []
+
+    def begin(self) -> None:
+        """The `before_prefill` sample, after a peak reset; the prefill's CPU interval starts."""
+        self.monitor.reset_peak()
+        self.samples.append(
+            ResourceSample.from_memory("before_prefill", 0, self.monitor.sample(), 0, None)
+        )
+        self.meter.reset()
+
+    def start_phase(self) -> None:
+        """A decode step begins: its own peak and CPU interval."""
+        self.monitor.reset_peak()
+        self.meter.reset()
+
+    def end_phase(self, phase: str, step: int, kv_bytes: Callable[[], int]) -> None:
+        """The phase ended: CPU percent, then `kv_bytes()`, then memory, as one sample."""
+        cpu_percent = self.meter.lap()
+        kv = kv_bytes()
+        self.samples.append(
+            ResourceSample.from_memory(phase, step, self.monitor.sample(), kv, cpu_percent)
+        )
