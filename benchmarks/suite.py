@@ -168,12 +168,14 @@ def memory_fields(samples: list[Any], weights_bytes: int) -> dict[str, Any]:
     has no allocator counters (the peaks are None, as labelled); `peak_rss_bytes` is the process
     RSS read when each round ended, a lower bound of its true peak.
     """
+    from benchmarks.harness.device.memory import peak_fields  # noqa: PLC0415 - torch
+
     labels = dict(samples[0].labels) if samples else {}
     labels["peak_rss"] = "process RSS sampled at the end of each round (a lower bound of the peak)"
     return {
         "weights_bytes": weights_bytes,
-        "peak_allocated_bytes": max_or_none(s.peak_allocated_bytes for s in samples),
-        "peak_reserved_bytes": max_or_none(s.peak_reserved_bytes for s in samples),
+        # MPS maxima of samples go under `peak_*_sampled_bytes`, never as a true peak.
+        **peak_fields(samples),
         "peak_rss_bytes": max_or_none(s.rss_bytes for s in samples),
         "memory_labels": labels,
     }

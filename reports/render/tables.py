@@ -42,7 +42,14 @@ KV_FIELDS = (
     "kv_state_analytic_bytes",
     "kv_state_measured_bytes",
 )
-MEMORY_FIELDS = ("weights_bytes", "peak_allocated_bytes", "peak_reserved_bytes", "peak_rss_bytes")
+MEMORY_FIELDS = (
+    "weights_bytes",
+    "peak_allocated_bytes",
+    "peak_reserved_bytes",
+    "peak_allocated_sampled_bytes",  # MPS: the maximum of samples, a lower bound of the peak
+    "peak_reserved_sampled_bytes",
+    "peak_rss_bytes",
+)
 ROOFLINE_FIELDS = (
     "prefill_flop_per_s",
     "prefill_pct_of_peak_flops",
@@ -182,7 +189,7 @@ def now_rows(run: Run) -> list[NowRow]:
     for cell, extras in sorted(by_cell.items()):
         peaks = [
             v
-            for key in ("peak_allocated_bytes", "peak_rss_bytes")
+            for key in ("peak_allocated_bytes", "peak_allocated_sampled_bytes", "peak_rss_bytes")
             if (v := _first(extras, key)) is not None
         ]
         rows.append(

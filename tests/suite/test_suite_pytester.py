@@ -248,6 +248,13 @@ def test_history_has_flat_params_schema_1_extra_info_raw_rounds_and_the_fingerpr
     assert generate["tpot_s"] == pytest.approx((generate["e2e_s"] - generate["ttft_s"]) / 3)
     assert generate["itl_p50_s"] <= generate["itl_p90_s"] <= generate["itl_p99_s"]
     assert (generate["itl_samples"], generate["ttft_samples"]) == (2 * 3, 2)
+    # The bookkeeping's cost is measured apart (the untimed asserting pass against the rounds),
+    # and every round's prefill is kept for the report's consistency line.
+    assert isinstance(generate["bookkeeping_per_step_s"], float)
+    assert len(generate["generate_prefill_rounds_s"]) == 2
+    # CPU has no allocator counters: neither a true nor a sampled peak.
+    assert generate["peak_allocated_bytes"] is None
+    assert generate["peak_allocated_sampled_bytes"] is None
     assert generate["kv_state_analytic_bytes"] == generate["kv_state_measured_bytes"] == 0
     assert len(generate["kv_bytes_per_step"]) == 3
     assert generate["kv_measured_final_bytes"] == generate["kv_analytic_final_bytes"]

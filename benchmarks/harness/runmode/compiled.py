@@ -155,7 +155,7 @@ def first_calls(
             device, lambda: engine.decode_step(prefill.next_token, prefill.cache)
         )
         first = DynamoCounts.now().since(start)
-        warm_s, _ = _timed_call(device, lambda: engine.generate(prompt, new_tokens))
+        warm_s, _ = _timed_call(device, lambda: engine.client_generate(prompt, new_tokens))
     warmed = DynamoCounts.now().since(start)
     if graphs and warmed.cudagraph_skips:
         raise CudaGraphsSkippedError(

@@ -262,7 +262,7 @@ class _FakeEngine:
     def decode_step(self, token: torch.Tensor, cache: Any) -> Any:
         return token, cache
 
-    def generate(self, prompt: torch.Tensor, new_tokens: int) -> None:
+    def client_generate(self, prompt: torch.Tensor, new_tokens: int) -> None:
         return None
 
 
