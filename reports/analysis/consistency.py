@@ -52,14 +52,14 @@ class ConsistencyRow:
     module_s: float  # test_prefill's or test_decode's median
     generate_s: float  # the same computation inside test_generate (decode: at context P)
     ratio: float  # generate_s / module_s
-    limit: float  # the largest |log ratio| the noise explains at ALPHA
+    limit_log_ratio: float  # the largest |log ratio| the noise explains at ALPHA
     module_rounds: int
     generate_samples: int
 
     @property
     def within_noise(self) -> bool:
         """True when the two figures differ by no more than the run's noise explains."""
-        return abs(math.log(self.ratio)) <= self.limit
+        return abs(math.log(self.ratio)) <= self.limit_log_ratio
 
     @property
     def within_band(self) -> bool:
@@ -170,7 +170,7 @@ def consistency_rows(run: Run, alpha: float = ALPHA) -> list[ConsistencyRow]:
                     module_s=module_s,
                     generate_s=generate_s,
                     ratio=generate_s / module_s,
-                    limit=quantile * se,
+                    limit_log_ratio=quantile * se,
                     module_rounds=len(p.module),
                     generate_samples=len(p.generate),
                 )

@@ -198,8 +198,8 @@ class OthersCpuMeter:
 
     The figure a benchmark records as `extra_info.other_cpu_pct`: the mean share of the
     machine's CPU capacity that processes other than this one used between `start()` and
-    `stop_pct()`. Each call reads two counters (`/proc/stat` through psutil and this process's
-    times, ~0.1 ms), so it brackets a benchmark's rounds without touching any single round.
+    `stop_extra_info()`. Each call reads two counters (`/proc/stat` through psutil and this
+    process's times, ~0.1 ms), so it brackets a benchmark's rounds without touching any round.
     """
 
     def __init__(self, meter: CpuUseMeter | None = None) -> None:
@@ -208,10 +208,6 @@ class OthersCpuMeter:
     def start(self) -> None:
         """Begin the interval."""
         self._meter.start()
-
-    def stop_pct(self) -> float:
-        """End the interval: other processes' mean CPU use in % of the machine, in [0, 100]."""
-        return self.stop_extra_info()["other_cpu_pct"]
 
     def stop_extra_info(self) -> dict[str, float]:
         """End the interval: `others_cores` (DESIGN §3: CPUs the others kept busy, one-core

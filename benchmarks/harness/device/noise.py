@@ -20,7 +20,6 @@ does not judge whether a machine is "quiet enough"; the reports decide what nois
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import platform
@@ -34,7 +33,8 @@ from typing import Any
 
 import torch
 
-from benchmarks.harness.device.gpuid import nvml_index, torch_cuda_uuid
+from benchmarks.harness.device.gpuid import torch_cuda_uuid
+from benchmarks.harness.device.nvml import NvmlUnavailable, open_gpu
 
 JsonScalar = str | int | float | bool | None
 
@@ -244,77 +244,30 @@ def nvidia_clocks(
     `index` is torch's CUDA index; the NVML device is found through its UUID
     (`gpuid.nvml_index`, honouring `CUDA_VISIBLE_DEVICES`), never by the same number, and
     `gpu_nvml_index` records which one was read. No mapping, no readings. `nvml` is the pynvml
-    module, `torch_uuid` and `environ` the mapping's inputs (all injected by tests); by default
-    pynvml is imported here, optionally.
+    module, `torch_uuid` and `environ` the mapping's inputs (all injected by tests); the handle
+    and every reading come from `nvml.open_gpu` (one NVML reader for the library).
     """
-    module = nvml if nvml is not None else _import_pynvml()
-    if module is None:
-        return {}
-    state: dict[str, JsonScalar] = {}
-    try:
-        module.nvmlInit()
-    except Exception:  # any NVML failure means "no clock data", never a crash
+    gpu = open_gpu(index, nvml, torch_uuid=torch_uuid, environ=environ)
+    if isinstance(gpu, NvmlUnavailable):
         return {}
     try:
-        found = nvml_index(index, module, torch_uuid=torch_uuid, environ=environ)
-        if found is None:
-            return {}
-        handle = module.nvmlDeviceGetHandleByIndex(found)
-        state["gpu_nvml_index"] = found
-        probes: Mapping[str, Callable[[], Any]] = {
-            "gpu_sm_clock_hz": lambda: (
-                module.nvmlDeviceGetClockInfo(handle, module.NVML_CLOCK_SM) * 1_000_000
-            ),
-            "gpu_mem_clock_hz": lambda: (
-                module.nvmlDeviceGetClockInfo(handle, module.NVML_CLOCK_MEM) * 1_000_000
-            ),
-            "gpu_max_sm_clock_hz": lambda: (
-                module.nvmlDeviceGetMaxClockInfo(handle, module.NVML_CLOCK_SM) * 1_000_000
-            ),
-            "gpu_temperature_c": lambda: module.nvmlDeviceGetTemperature(
-                handle, module.NVML_TEMPERATURE_GPU
-            ),
-            "gpu_throttle_reasons": lambda: _throttle_text(
-                module, module.nvmlDeviceGetCurrentClocksThrottleReasons(handle)
-            ),
+        reasons = gpu.throttle_reasons()
+        readings: dict[str, JsonScalar | None] = {
+            "gpu_nvml_index": gpu.nvml_index,
+            "gpu_sm_clock_hz": _hz(gpu.sm_clock_mhz()),
+            "gpu_mem_clock_hz": _hz(gpu.mem_clock_mhz()),
+            "gpu_max_sm_clock_hz": _hz(gpu.max_sm_clock_mhz()),
+            "gpu_temperature_c": gpu.temperature_c(),
+            "gpu_throttle_reasons": None if reasons is None else ",".join(reasons) or "none",
         }
-        for key, probe in probes.items():
-            try:
-                state[key] = probe()
-            except Exception:  # one unsupported query must not hide the rest
-                continue
     finally:
-        with contextlib.suppress(Exception):  # a failed shutdown leaves nothing to report
-            module.nvmlShutdown()
-    return state
+        gpu.close()
+    # One unsupported query must not hide the rest: only what was read is recorded.
+    return {key: value for key, value in readings.items() if value is not None}
 
 
-_THROTTLE_NAMES = (
-    ("nvmlClocksThrottleReasonGpuIdle", "gpu_idle"),
-    ("nvmlClocksThrottleReasonApplicationsClocksSetting", "applications_clocks"),
-    ("nvmlClocksThrottleReasonSwPowerCap", "sw_power_cap"),
-    ("nvmlClocksThrottleReasonHwSlowdown", "hw_slowdown"),
-    ("nvmlClocksThrottleReasonSwThermalSlowdown", "sw_thermal"),
-    ("nvmlClocksThrottleReasonHwThermalSlowdown", "hw_thermal"),
-    ("nvmlClocksThrottleReasonHwPowerBrakeSlowdown", "hw_power_brake"),
-)
-
-
-def _throttle_text(module: Any, mask: int) -> str:
-    names = [
-        label
-        for attr, label in _THROTTLE_NAMES
-        if isinstance(getattr(module, attr, None), int) and mask & getattr(module, attr)
-    ]
-    return ",".join(names) if names else "none"
-
-
-def _import_pynvml() -> Any:
-    try:
-        import pynvml  # type: ignore[import-not-found, unused-ignore]  # noqa: PLC0415
-    except Exception:  # optional dependency; absent or broken means "no data"
-        return None
-    return pynvml
+def _hz(mhz: int | None) -> int | None:
+    return None if mhz is None else mhz * 1_000_000
 
 
 def _read(path: Path) -> str | None:

@@ -85,10 +85,20 @@ class NvmlGpu:
         """The highest memory clock."""
         return self._clock_mhz("nvmlDeviceGetMaxClockInfo", "NVML_CLOCK_MEM")
 
+    def temperature_c(self) -> int | None:
+        """The GPU core temperature in degrees Celsius."""
+        value = self._query(
+            lambda: self._nvml.nvmlDeviceGetTemperature(
+                self._handle, self._nvml.NVML_TEMPERATURE_GPU
+            )
+        )
+        return int(value) if value is not None else None
+
     def throttle_reasons(self) -> tuple[str, ...] | None:
         """Why the clocks are below their maximum now, by name (`THROTTLE_REASONS`); () = none."""
-        read = self._nvml.nvmlDeviceGetCurrentClocksThrottleReasons
-        mask = self._query(lambda: read(self._handle))
+        mask = self._query(
+            lambda: self._nvml.nvmlDeviceGetCurrentClocksThrottleReasons(self._handle)
+        )
         if mask is None:
             return None
         return throttle_names(self._nvml, int(mask))

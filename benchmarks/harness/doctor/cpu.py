@@ -62,26 +62,22 @@ def check_governor(root: Path = SYSFS_CPU, cpus: Sequence[int] | None = None) ->
 def check_turbo(root: Path = SYSFS_CPU) -> Finding:
     """Turbo/boost off (intel_pstate `no_turbo` = 1, or cpufreq `boost` = 0), else warn."""
     check = "cpu.turbo"
-    no_turbo = _read(root / "intel_pstate" / "no_turbo")
-    if no_turbo in ("0", "1"):
-        if no_turbo == "1":
-            return ok(check, "turbo off (intel_pstate no_turbo=1)", turbo=False)
+    # (file, the value that means turbo is off, what the knob is called)
+    knobs = (
+        ("intel_pstate/no_turbo", "1", "turbo", "intel_pstate no_turbo"),
+        ("cpufreq/boost", "0", "boost", "cpufreq boost"),
+    )
+    for relative, off, name, label in knobs:
+        value = _read(root / relative)
+        if value not in ("0", "1"):
+            continue
+        if value == off:
+            return ok(check, f"{name} off ({label}={value})", turbo=False)
         return Finding(
             check,
             "warn",
-            "turbo on (intel_pstate no_turbo=0): the clock depends on temperature and load",
-            "echo 1 | sudo tee /sys/devices/system/cpu/intel_pstate/no_turbo",
-            {"turbo": True},
-        )
-    boost = _read(root / "cpufreq" / "boost")
-    if boost in ("0", "1"):
-        if boost == "0":
-            return ok(check, "boost off (cpufreq boost=0)", turbo=False)
-        return Finding(
-            check,
-            "warn",
-            "boost on (cpufreq boost=1): the clock depends on temperature and load",
-            "echo 0 | sudo tee /sys/devices/system/cpu/cpufreq/boost",
+            f"{name} on ({label}={value}): the clock depends on temperature and load",
+            f"echo {off} | sudo tee /sys/devices/system/cpu/{relative}",
             {"turbo": True},
         )
     return _not_linux(check) or skip(

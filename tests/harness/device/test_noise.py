@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from benchmarks.harness.device import noise
+from benchmarks.harness.device import nvml as nvml_reader
 from benchmarks.harness.device.noise import (
     WarmupPolicy,
     coefficient_of_variation,
@@ -134,7 +135,7 @@ def test_macos_reader_with_no_pmset_binary_never_raises(monkeypatch):
 
 
 def test_nvidia_reader_without_pynvml_returns_nothing(monkeypatch):
-    monkeypatch.setattr(noise, "_import_pynvml", lambda: None)
+    monkeypatch.setattr(nvml_reader, "import_pynvml", lambda: None)
     assert nvidia_clocks(0) == {}
 
 
