@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.ab.coordinator import PairBudget
-from benchmarks.ab.cpus import choose_cpus
+from benchmarks.ab.cpus import choose_cpus, default_threads, given_threads
 from benchmarks.ab.sides import ABError, parse_assignments
 
 DEFAULT_MATRIX = Path("matrix/cpu.yaml")
@@ -48,6 +48,7 @@ class Plan:
     cpus: frozenset[int] | None = None
     argv: tuple[str, ...] = ()
     budget: PairBudget | None = None
+    threads_from: str = "--threads"  # or the default's reason (cpus.default_threads)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -95,9 +96,9 @@ def _parser() -> argparse.ArgumentParser:
         "--cpus",
         metavar="LIST",
         default="auto",
-        help="pin both sides to these same CPUs, e.g. 1 or 0-3 (Linux): a core busy with other "
-        "work then slows both sides alike; auto (default): with --threads N, the last N CPUs; "
-        "none: no pinning (docs/ab.md)",
+        help="pin both sides' timed rounds to these same CPUs, e.g. 1 or 0-3 (Linux): a core "
+        "busy with other work then slows both sides alike; auto (default): the last N CPUs for "
+        "--threads N (default N: one fewer than the CPUs); none: no pinning (docs/ab.md)",
     )
     p.add_argument(
         "--interleave",
@@ -121,6 +122,11 @@ def parse_plan(argv: Sequence[str]) -> Plan:
         )
     if not args.pair_budget_s >= 0:  # also refuses nan
         raise ABError(f"--pair-budget-s {args.pair_budget_s}: use seconds >= 0 (inf: no budget)")
+    threads_from = "--threads"
+    if not given_threads(rest):
+        # The sides must not share every core (cpus.default_threads); recorded in context.json.
+        rest = [*rest, "--threads", str(default_threads())]
+        threads_from = "default: one core fewer than the machine's"
     cpus = choose_cpus(args.cpus, tuple(rest))
     report_args: list[str] = []
     for item in args.threshold:
@@ -149,4 +155,5 @@ def parse_plan(argv: Sequence[str]) -> Plan:
         cpus=cpus,
         argv=tuple(argv),
         budget=PairBudget(args.min_pairs, args.pair_budget_s),
+        threads_from=threads_from,
     )

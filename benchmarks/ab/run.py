@@ -36,6 +36,7 @@ from typing import Any
 import yaml
 
 from benchmarks.ab.coordinator import Coordinator
+from benchmarks.ab.cpus import threads_in
 from benchmarks.ab.plan import DEFAULT_PAIRS, Plan, parse_plan
 from benchmarks.ab.sides import (
     ROOT,
@@ -305,6 +306,8 @@ def ab(plan: Plan) -> int:
         "seed": plan.seed,
         "judge": judge_settings(plan.report_args),
         "cpus": None if plan.cpus is None else sorted(plan.cpus),
+        "threads": threads_in(plan.pytest_args),
+        "threads_from": plan.threads_from,
         "wall_s": time.perf_counter() - started,
         "command": shlex.join(["nox", "-s", "ab", "--", *plan.argv]),
         "sides": {s.name: _side_context(s, codes[s.name]) for s in (base, head)},

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.ab.cpus import default_threads
+
 ROOT = Path(__file__).resolve().parents[2]
 PAIRS = 6
 MATRIX = """schema: 1
@@ -69,18 +71,24 @@ def test_a_tiny_ab_run_interleaves_pairs_and_judges_them(tmp_path: Path, matrix:
     out = tmp_path / "ab"
     # Up to PAIRS + 3 pairs, but a zero time budget stops every benchmark at --min-pairs: the
     # early stop must keep the rounds timed so far as an ordinary pytest-benchmark record.
+    # No --threads: the default thread count and pinning are under test.
     done = run_ab(
         "--base", "HEAD", "--apparatus", "head", "--matrix", str(matrix), "--out", str(out),
         "--pairs", str(PAIRS + 3), "--min-pairs", str(PAIRS), "--pair-budget-s", "0",
-        "--threads", "1", "-k", "not overhead",
+        "-k", "not overhead",
     )  # fmt: skip
     assert done.returncode in (0, 1, 3), done.stdout + done.stderr  # 3: inconclusive, not PASS
     doc = json.loads((out / "ab.json").read_text(encoding="utf-8"))
     assert doc["schema"] == 1
     assert doc["status"] == {0: "pass", 1: "fail", 3: "inconclusive"}[done.returncode]
     assert doc["context"]["interleave"] == "rounds"
-    # --threads 1 pins the rounds to the last CPU (Linux; elsewhere nothing is pinned).
-    pinned = sorted(os.sched_getaffinity(0))[-1:] if hasattr(os, "sched_getaffinity") else None
+    # Without --threads each side runs one core fewer than the machine's, its rounds pinned to
+    # the last CPUs (Linux; elsewhere nothing is pinned), and both sides' records say so.
+    threads = default_threads()
+    assert doc["context"]["threads"] == threads
+    assert doc["context"]["threads_from"].startswith("default")
+    linux = hasattr(os, "sched_getaffinity")
+    pinned = sorted(os.sched_getaffinity(0))[-threads:] if linux else None
     assert doc["context"]["cpus"] == pinned
     timings = [b for b in doc["benchmarks"] if b["kind"] == "timing"]
     assert {b["metric"] for b in timings} >= {"prefill_s", "decode_step_s", "e2e_s"}
@@ -119,6 +127,7 @@ def test_a_tiny_ab_run_interleaves_pairs_and_judges_them(tmp_path: Path, matrix:
 def test_process_level_interleaving_runs_the_sides_one_after_the_other(tmp_path, matrix):
     """The fallback when both models do not fit: whole sides in turn, the same judging."""
     out = tmp_path / "ab"
+    # No --threads: the default thread count and pinning are under test.
     done = run_ab(
         "--base", "HEAD", "--apparatus", "head", "--matrix", str(matrix), "--out", str(out),
         "--pairs", "3", "--interleave", "process", "-k", "decode",
