@@ -19,12 +19,14 @@ or has already passed; a side that has exited) runs *alone*, unpaired. When both
 different benchmarks, the one earlier in the run's order goes alone first, so the two can never
 deadlock. `Coordinator` serves the socket in threads and logs every granted turn.
 
-A benchmark's pairs are bounded by time, not only by count: once `min_pairs` pairs are done and
-the benchmark's paired rounds have taken `budget_s`, both sides are told to `stop` at the next
-pair boundary (each side asked for `--pairs` rounds, the most it will run). Tiny models thus get
-their 100 pairs in a second; a model whose round takes 0.5 s stops near `min_pairs`. The rule
-reads the clock only, never the timings' values, so stopping cannot steer a verdict (and under
-A/A the clock cannot tell which side was faster).
+A benchmark's pairs are bounded by time and precision, not only by count: once `min_pairs`
+pairs are done and the benchmark's paired rounds have taken `budget_s`, both sides are told to
+`stop` at the next pair boundary (each side asked for `--pairs` rounds, the most it will run) as
+soon as the pairs are precise enough (`target_half_width`, the 95 % half-width of the pairs'
+trimmed mean log-ratio, from the coordinator's own clock: `precision.half_width`) or the rounds
+have taken `max_s`. A model whose round takes 0.5 s stops near `min_pairs`; tiny models' rounds
+on a noisy CPU run until their scatter is averaged down. The rule reads the clock and the
+pairs' spread, never which side was faster, so stopping cannot steer a verdict's direction.
 
 Before it grants a turn, the coordinator waits (at most `SETTLE_S`) until no thread of the
 *other* side's process is runnable (`/proc/PID/task/*/stat`, Linux). Without that, the other
@@ -39,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import random
 import socket
 import threading
@@ -49,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.ab.order import SIDES, turn_sequence
+from benchmarks.ab.precision import half_width
 
 SETTLE_S = 0.2  # the longest wait for the other side's threads to go idle before a turn
 _POLL_S = 0.0002
@@ -75,14 +79,20 @@ class _Pairing:
     pointer: int = 0
     left: set[str] = field(default_factory=set)
     done: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SIDES, 0))
+    granted_s: dict[str, float] = field(default_factory=dict)  # the clock at each side's grant
+    durations_s: dict[str, list[float]] = field(default_factory=lambda: {s: [] for s in SIDES})
 
 
 @dataclass(frozen=True)
 class PairBudget:
-    """When a benchmark has enough pairs: `min_pairs` done and `budget_s` of rounds spent."""
+    """When a benchmark has enough pairs: `min_pairs` done and `budget_s` of rounds spent, and
+    then the pairs' 95 % half-width at most `target_half_width` (0: no precision rule) or
+    `max_s` of rounds spent."""
 
     min_pairs: int
     budget_s: float
+    target_half_width: float = 0.0
+    max_s: float = math.inf
 
 
 class Referee:
@@ -141,9 +151,12 @@ class Referee:
 
     def _finish_round(self, side: str) -> None:
         state = self._sides[side]
-        if state.running and self._pairing is not None:
-            self._pairing.pointer += 1
-            self._pairing.done[side] += 1
+        pairing = self._pairing
+        if state.running and pairing is not None:
+            pairing.pointer += 1
+            pairing.done[side] += 1
+            if side in pairing.granted_s:
+                pairing.durations_s[side].append(self._clock() - pairing.granted_s.pop(side))
         state.running = False
 
     def _will_never_enter(self, other: _Side, key: str) -> bool:
@@ -233,6 +246,7 @@ class Referee:
                     pairing.sequence.insert(pairing.pointer, (side, index))
                 if self._on_grant is not None:
                     self._on_grant(pairing.key, side, index, True)
+                pairing.granted_s[side] = self._clock()
                 return [(side, {"op": "go", "key": pairing.key, "round": index})]
         return []
 
@@ -248,11 +262,17 @@ class Referee:
         if budget is None or pairing.left:
             return False
         done = pairing.done
-        return (
+        elapsed_s = self._clock() - pairing.started_s
+        if not (
             all(self._sides[s].waiting == "turn" for s in SIDES)
             and done[SIDES[0]] == done[SIDES[1]] >= budget.min_pairs
-            and self._clock() - pairing.started_s >= budget.budget_s
-        )
+            and elapsed_s >= budget.budget_s
+        ):
+            return False
+        if budget.target_half_width <= 0 or elapsed_s >= budget.max_s:
+            return True
+        spread = half_width(*(pairing.durations_s[s] for s in SIDES))
+        return spread <= budget.target_half_width
 
 
 def runnable_threads(pid: int) -> int | None:

@@ -20,13 +20,17 @@ from benchmarks.ab.sides import ABError, parse_assignments
 DEFAULT_MATRIX = Path("matrix/cpu.yaml")
 DEFAULT_OUT = Path("out/ab")
 # The most pairs a benchmark gets, and when it has enough sooner (coordinator.PairBudget): at
-# least MIN_PAIRS, and no more once its paired rounds took BUDGET_S. Sub-millisecond rounds (the
-# smoke matrix, 4-5 % per-pair noise on a shared CPU) need ~100 pairs to catch 10 % slowdowns
-# at a 5 % threshold, and get them in well under BUDGET_S; 5-10 ms generations (1-2 % noise)
-# stop near 40 pairs, a real model's 0.3 s rounds at MIN_PAIRS (docs/ab.md).
-DEFAULT_PAIRS = 100
+# least MIN_PAIRS and BUDGET_S of paired rounds, then as soon as the pairs' 95 % half-width is
+# TARGET_HALF_WIDTH or MAX_S is spent. A real model's 0.3 s rounds stop at MIN_PAIRS; on the
+# 2-core development VM tiny models' 2-5 ms rounds scatter ~13 % per pair (host noise: no page
+# faults, GC or context switches in them), so ±1.5 % takes ~300 pairs, 2-3 s; on a quieter
+# machine (4-5 % per pair) ~40 pairs within BUDGET_S (docs/ab.md).
+DEFAULT_PAIRS = 400
+LEGACY_PAIRS = 100  # an apparatus without the stop message runs every pair it is given
 MIN_PAIRS = 20
 BUDGET_S = 0.5
+TARGET_HALF_WIDTH = 0.015
+MAX_S = 4.0
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,19 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds of paired rounds after which a benchmark with --min-pairs pairs stops "
         f"(default {BUDGET_S:g}; 0: always --min-pairs; inf: always --pairs)",
     )
+    p.add_argument(
+        "--pair-target",
+        type=float,
+        default=TARGET_HALF_WIDTH,
+        help="after that, stop a benchmark once its pairs' 95 %% half-width is this fraction "
+        f"(default {TARGET_HALF_WIDTH:g}; 0: stop at --pair-budget-s)",
+    )
+    p.add_argument(
+        "--pair-max-s",
+        type=float,
+        default=MAX_S,
+        help=f"... or once its paired rounds took this many seconds (default {MAX_S:g})",
+    )
     p.add_argument("--apparatus", choices=("base", "head"), default="base")
     p.add_argument("--base-env", action="append", default=[], metavar="K=V")
     p.add_argument("--head-env", action="append", default=[], metavar="K=V")
@@ -122,6 +139,10 @@ def parse_plan(argv: Sequence[str]) -> Plan:
         )
     if not args.pair_budget_s >= 0:  # also refuses nan
         raise ABError(f"--pair-budget-s {args.pair_budget_s}: use seconds >= 0 (inf: no budget)")
+    if not 0 <= args.pair_target < 1:
+        raise ABError(f"--pair-target {args.pair_target}: use a fraction, e.g. 0.015 (0: none)")
+    if not args.pair_max_s >= 0:
+        raise ABError(f"--pair-max-s {args.pair_max_s}: use seconds >= 0 (inf: no limit)")
     threads_from = "--threads"
     if not given_threads(rest):
         # The sides must not share every core (cpus.default_threads); recorded in context.json.
@@ -154,6 +175,11 @@ def parse_plan(argv: Sequence[str]) -> Plan:
         interleave=args.interleave,
         cpus=cpus,
         argv=tuple(argv),
-        budget=PairBudget(args.min_pairs, args.pair_budget_s),
+        budget=PairBudget(
+            args.min_pairs,
+            args.pair_budget_s,
+            args.pair_target,
+            max(args.pair_max_s, args.pair_budget_s),  # --pair-budget-s inf: every pair runs
+        ),
         threads_from=threads_from,
     )

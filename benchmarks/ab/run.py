@@ -37,7 +37,7 @@ import yaml
 
 from benchmarks.ab.coordinator import Coordinator
 from benchmarks.ab.cpus import threads_in
-from benchmarks.ab.plan import DEFAULT_PAIRS, Plan, parse_plan
+from benchmarks.ab.plan import DEFAULT_PAIRS, LEGACY_PAIRS, Plan, parse_plan
 from benchmarks.ab.sides import (
     ROOT,
     TURNSTILE,
@@ -81,7 +81,8 @@ def prepared_matrix(
     """
     for models_dir in models_dirs:
         matrix = load_matrix(plan.matrix, models_dir=models_dir)  # MatrixError on bad input
-    pairs = plan.pairs if plan.pairs is not None else max(matrix.rounds, DEFAULT_PAIRS)
+    default = DEFAULT_PAIRS if rounds_via_env else LEGACY_PAIRS  # no stop message: all pairs run
+    pairs = plan.pairs if plan.pairs is not None else max(matrix.rounds, default)
     data = yaml.safe_load(plan.matrix.read_text(encoding="utf-8"))
     if rounds_via_env:
         note = f"A/B copy: timed rounds up to {pairs} pairs, set by the turnstile"
@@ -284,7 +285,11 @@ def ab(plan: Plan) -> int:
                 _say(f"{memory_note}: process-level interleaving (one side, then the other)")
         cells = f"{len(loaded.cells)} cells, up to {pairs} pairs each"
         if plan.budget is not None and plan.budget.min_pairs < pairs:
-            cells += f" (or {plan.budget.min_pairs}+ within {plan.budget.budget_s:g} s)"
+            budget = plan.budget
+            cells += f" (or {budget.min_pairs}+ and {budget.budget_s:g}+ s"
+            if budget.target_half_width > 0:
+                cells += f", until ±{budget.target_half_width:.1%} or {budget.max_s:g} s"
+            cells += ")"
         pinned = "" if plan.cpus is None else f"; both sides on CPUs {sorted(plan.cpus)}"
         _say(f"apparatus: {plan.apparatus} tree; {cells}; interleave {mode}{pinned}")
         codes = run_sides((base, head), plan, matrix, apparatus, mode, current=current)
@@ -300,6 +305,8 @@ def ab(plan: Plan) -> int:
         "pairs": pairs,
         "min_pairs": None if plan.budget is None else plan.budget.min_pairs,
         "pair_budget_s": None if plan.budget is None else plan.budget.budget_s,
+        "pair_target": None if plan.budget is None else plan.budget.target_half_width,
+        "pair_max_s": None if plan.budget is None else plan.budget.max_s,
         "interleave": mode,
         "memory": memory_note,
         "apparatus": plan.apparatus,

@@ -30,7 +30,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from benchmarks.ab.plan import BUDGET_S, DEFAULT_PAIRS, MIN_PAIRS
+from benchmarks.ab.plan import BUDGET_S, DEFAULT_PAIRS, MAX_S, MIN_PAIRS, TARGET_HALF_WIDTH
 from benchmarks.calibration.analysis import (
     SCHEMA,
     GateOutcome,
@@ -183,7 +183,10 @@ def pairs_text(pairs: int | None) -> str:
     """'30 pairs', or the A/B default's bounds when the calibration left them to it."""
     if pairs is not None:
         return f"{pairs} pairs"
-    bounds = f"up to {DEFAULT_PAIRS}, at least {MIN_PAIRS} within {BUDGET_S:g} s"
+    bounds = (
+        f"up to {DEFAULT_PAIRS}, at least {MIN_PAIRS} and {BUDGET_S:g} s, then until "
+        f"±{TARGET_HALF_WIDTH:.1%} or {MAX_S:g} s"
+    )
     return f"the A/B default pairs ({bounds})"
 
 
