@@ -272,6 +272,7 @@ def ab(plan: Plan) -> int:
             )
             plan = replace(plan, budget=None)
         models_dirs = (base_tree / "matrix" / "models", head_tree / "matrix" / "models")
+        asked_pairs = plan.pairs
         matrix, loaded, pairs = prepared_matrix(plan, models_dirs, rounds_via_env=current)
         plan = replace(plan, pairs=pairs)
         base = build_side("base", plan.base_ref, base_tree, base_commit, plan)
@@ -283,6 +284,11 @@ def ab(plan: Plan) -> int:
             mode = "rounds" if fits else "process"
             if not fits:
                 _say(f"{memory_note}: process-level interleaving (one side, then the other)")
+        if mode == "process" and asked_pairs is None and current:
+            # No coordinator stops a side early, and more rounds cannot narrow the run-level
+            # term that dominates there (docs/ab.md): the first release's 100.
+            pairs = max(loaded.rounds, LEGACY_PAIRS)
+            plan = replace(plan, pairs=pairs)
         cells = f"{len(loaded.cells)} cells, up to {pairs} pairs each"
         if plan.budget is not None and plan.budget.min_pairs < pairs:
             budget = plan.budget

@@ -132,8 +132,13 @@ def paired_estimate(
 
 #: Pairs whose log-ratio lies this far from the median (1.5x apart) disagree wildly.
 WILD_LOG_RATIO = math.log(1.5)
-#: A run is unstable when at least this share of its pairs disagree wildly.
+#: Wild pairs on one side only (stalls of one side) make a run unstable from this share on...
 WILD_SHARE = 0.05
+#: ... when they also move the plain mean this far from the trimmed one (half the default
+#: threshold: a tail that big would change a verdict the trimmed mean hides).
+TAIL_SHIFT = 0.025
+#: Wild pairs on both sides beyond this share are more than the 20 % trim can absorb.
+WILD_SHARE_MAX = 0.2
 #: A step of at least this size in the log-ratios (one side changed regime mid-run) is
 #: unstable (a real difference between the sides shifts every pair alike: no step).
 REGIME_STEP = 0.15
@@ -185,19 +190,40 @@ def correlated_estimate(diffs: Sequence[float], trim: float = TRIM) -> PairedEst
 def instability(diffs: Sequence[float]) -> str:
     """Why the pairs of one benchmark cannot be judged, or "" when they are stable.
 
-    - wildly disagreeing pairs: at least `WILD_SHARE` of them 1.5x or more from the median
-      log-ratio (intermittent stalls on one side, a neighbour taking a core now and then);
+    - one side's stalls: at least `WILD_SHARE` of the pairs 1.5x or more from the median
+      log-ratio, at least three quarters of them in one direction (one side's rounds stalled,
+      not both), and the plain mean `TAIL_SHIFT` or more from the trimmed mean (the tail the
+      trimmed mean hides would move a verdict);
+    - wild pairs in both directions beyond `WILD_SHARE_MAX` (more than the trim absorbs);
     - a regime shift: a step of `REGIME_STEP` or more in the log-ratios over time (one side's
       rounds jumped mid-run while the other's did not).
+
+    Wild pairs that fall on both sides alike are the machine's noise hitting both processes
+    (the 2-core development VM: ~5 % of tiny models' pairs in A/A runs): the trimmed mean cuts
+    them, and calling them unstable made every A/A run there inconclusive.
     """
     n = len(diffs)
     if n < MIN_PAIRS:
         return ""
     ordered = sorted(diffs)
     median = ordered[n // 2] if n % 2 else 0.5 * (ordered[n // 2 - 1] + ordered[n // 2])
-    wild = sum(abs(d - median) >= WILD_LOG_RATIO for d in diffs)
-    if wild >= max(2, math.ceil(WILD_SHARE * n)):
-        return f"unstable run: {wild} of {n} pairs 1.5x or more apart from the rest"
+    up = sum(d - median >= WILD_LOG_RATIO for d in diffs)
+    down = sum(median - d >= WILD_LOG_RATIO for d in diffs)
+    one_sided = max(up, down)
+    shift = sum(diffs) / n - trimmed_estimate(diffs).log_ratio
+    if (
+        one_sided >= max(2, math.ceil(WILD_SHARE * n))
+        and 4 * min(up, down) <= one_sided
+        and abs(shift) >= TAIL_SHIFT
+    ):
+        side = "head" if up > down else "base"
+        return (
+            f"unstable run: {one_sided} of {n} pairs 1.5x or more apart from the rest, the "
+            f"{side} slower in {one_sided - min(up, down)} more of them than faster (stalls on "
+            f"one side: the mean ratio differs by {math.expm1(shift):+.1%} from the trimmed mean)"
+        )
+    if up + down >= max(2, math.ceil(WILD_SHARE_MAX * n)):
+        return f"unstable run: {up + down} of {n} pairs 1.5x or more apart from the rest"
     steps = [s for s in detect_steps(diffs, min_rel_step=REGIME_STEP) if n >= 6]
     if steps:
         s = steps[-1]
