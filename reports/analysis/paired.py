@@ -224,7 +224,9 @@ def instability(diffs: Sequence[float]) -> str:
         )
     if up + down >= max(2, math.ceil(WILD_SHARE_MAX * n)):
         return f"unstable run: {up + down} of {n} pairs 1.5x or more apart from the rest"
-    steps = [s for s in detect_steps(diffs, min_rel_step=REGIME_STEP) if n >= 6]
+    # A regime lasts: a segment of a tenth of the pairs at least (with hundreds of noisy pairs,
+    # 3-4 neighbouring stalls made "steps" at pair 4 of 46 or 165 of 200 in A/A runs).
+    steps = detect_steps(diffs, min_rel_step=REGIME_STEP, min_size=max(3, n // 10))
     if steps:
         s = steps[-1]
         return (
