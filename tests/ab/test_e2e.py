@@ -69,13 +69,14 @@ def matrix(tmp_path: Path) -> Path:
 @pytest.mark.slow
 def test_a_tiny_ab_run_interleaves_pairs_and_judges_them(tmp_path: Path, matrix: Path):
     out = tmp_path / "ab"
-    # Up to PAIRS + 3 pairs, but a zero time budget stops every benchmark at --min-pairs: the
-    # early stop must keep the rounds timed so far as an ordinary pytest-benchmark record.
+    # Up to PAIRS + 3 pairs, but a zero time budget and no precision target stop every
+    # benchmark at --min-pairs: the early stop must keep the rounds timed so far as an ordinary
+    # pytest-benchmark record (the precision stop: tests/ab/test_precision.py).
     # No --threads: the default thread count and pinning are under test.
     done = run_ab(
         "--base", "HEAD", "--apparatus", "head", "--matrix", str(matrix), "--out", str(out),
         "--pairs", str(PAIRS + 3), "--min-pairs", str(PAIRS), "--pair-budget-s", "0",
-        "-k", "not overhead",
+        "--pair-target", "0", "-k", "not overhead",
     )  # fmt: skip
     assert done.returncode in (0, 1, 3), done.stdout + done.stderr  # 3: inconclusive, not PASS
     doc = json.loads((out / "ab.json").read_text(encoding="utf-8"))

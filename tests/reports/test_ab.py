@@ -190,3 +190,43 @@ def test_rejudging_uses_the_recorded_process_term_and_process_interleave_has_a_f
     cv, why = process_term(None, {"interleave": "process", "judge": {"process_cv": 0.0}})
     assert cv == PROCESS_INTERLEAVE_CV
     assert "process interleave" in why
+
+
+def _process_run(tmp_path: Path, seed: int, level_sd: float, shift: float) -> int:
+    """A process-interleaved run of 40 benchmarks: each benchmark's two processes differ by a
+    random run-level factor (log sd `level_sd`), the head slower by `shift` throughout."""
+    rng = random.Random(seed)
+    base, head = [], []
+    for i in range(40):
+        level = math.exp(rng.gauss(0, level_sd))
+        b = [0.003 * math.exp(rng.gauss(0, 0.05)) for _ in range(100)]
+        h = [0.003 * level * (1 + shift) * math.exp(rng.gauss(0, 0.05)) for _ in range(100)]
+        base.append(bench_json(f"m{i}", b, measurement="decode"))
+        head.append(bench_json(f"m{i}", h, measurement="decode"))
+    side_file(tmp_path / "base.json", base)
+    side_file(tmp_path / "head.json", head)
+    context = {"interleave": "process", "judge": {"process_cv": 0.0}}
+    (tmp_path / "context.json").write_text(json.dumps(context), encoding="utf-8")
+    return ab.main(["--out", str(tmp_path)])
+
+
+def test_process_interleave_carries_the_run_level_spread_it_shows(tmp_path: Path):
+    """On the VM, A/A process-interleaved runs scattered 29-41 % across benchmarks and a fixed
+    3 % term failed 1-5 timings per run; the term now follows the run's own spread."""
+    failed = 0
+    for seed in range(10):
+        folder = tmp_path / f"aa{seed}"
+        folder.mkdir()
+        code = _process_run(folder, seed, level_sd=0.3, shift=0.0)
+        doc = json.loads((folder / "ab.json").read_text(encoding="utf-8"))
+        failed += code == 1
+        assert doc["process_cv"] > 0.15
+        assert "spread of the two processes' levels" in doc["context"]["process_term"]
+    assert failed <= 1  # the issue: <= 1 in 20; a fixed 3 % term fails nearly every run here
+    # A quiet machine (1 % run-level spread): the 3 % floor holds, a uniform 20 % slowdown fails.
+    quiet = tmp_path / "quiet"
+    quiet.mkdir()
+    assert _process_run(quiet, 11, level_sd=0.01, shift=0.20) == 1
+    doc = json.loads((quiet / "ab.json").read_text(encoding="utf-8"))
+    assert doc["process_cv"] == pytest.approx(0.03)
+    assert doc["counts"]["fail"] >= 38
