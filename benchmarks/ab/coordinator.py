@@ -19,14 +19,11 @@ or has already passed; a side that has exited) runs *alone*, unpaired. When both
 different benchmarks, the one earlier in the run's order goes alone first, so the two can never
 deadlock. `Coordinator` serves the socket in threads and logs every granted turn.
 
-A benchmark's pairs are bounded by time and precision, not only by count: once `min_pairs`
-pairs are done and the benchmark's paired rounds have taken `budget_s`, both sides are told to
-`stop` at the next pair boundary (each side asked for `--pairs` rounds, the most it will run) as
-soon as the pairs are precise enough (`target_half_width`, the 95 % half-width of the pairs'
-trimmed mean log-ratio, from the coordinator's own clock: `precision.half_width`) or the rounds
-have taken `max_s`. A model whose round takes 0.5 s stops near `min_pairs`; tiny models' rounds
-on a noisy CPU run until their scatter is averaged down. The rule reads the clock and the
-pairs' spread, never which side was faster, so stopping cannot steer a verdict's direction.
+A benchmark's pairs are bounded by time and precision: after `min_pairs` pairs and `budget_s`
+of paired rounds, both sides are told to `stop` at the next pair boundary once the pairs' 95 %
+half-width (on the coordinator's own clock: `precision.half_width`) is `target_half_width`, or
+the rounds took `max_s` (each side asked for `--pairs` rounds, the most it will run). The rule
+reads the clock and the pairs' spread, never which side was faster: it cannot steer a verdict.
 
 Before it grants a turn, the coordinator waits (at most `SETTLE_S`) until no thread of the
 *other* side's process is runnable (`/proc/PID/task/*/stat`, Linux). Without that, the other
