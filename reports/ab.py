@@ -20,8 +20,8 @@ whose pairs disagree wildly or shift mid-run is `inconclusive` with the reason (
 never `fail`; `ratio_p90` shows the tail of the paired ratios beside the trimmed mean.
 Re-judging (`--out DIR` alone) uses the settings the run recorded in `context.json`
 (`judge`: process term, alpha, thresholds); a process-interleaved run carries a run-level term
-of at least `paired.PROCESS_INTERLEAVE_CV`, and at least the spread its own timings show
-(`run_level_cv`).
+of at least `paired.PROCESS_INTERLEAVE_CV` and the spread its own timings show
+(`paired.run_level_cv`).
 
 `ab.json` (schema 1; fields added, none changed): `schema`, `status` (`pass` / `fail` /
 `inconclusive` / `error`), `status_reason`, `threshold`, `alpha`, `process_cv`, `context`,
@@ -56,6 +56,7 @@ from reports.analysis.paired import (
     instability,
     log_ratios,
     ratio_quantile,
+    run_level_cv,
 )
 from reports.analysis.thresholds import parse_thresholds
 from reports.errors import ReportError
@@ -334,29 +335,6 @@ def process_term(requested: float | None, context: Mapping[str, Any]) -> tuple[f
     return cv, ""
 
 
-def run_level_cv(entries: Sequence[ABEntry]) -> float:
-    """How far the two processes' levels scatter across the suite's timings (a fraction).
-
-    With `--interleave process` one side's process runs all its rounds, then the other's, so
-    every benchmark's ratio carries that pair of processes' difference *at that time*, which no
-    number of rounds narrows. Across benchmarks those differences scatter like the run-level
-    noise; 1.4826 x the MAD of the timings' trimmed log-ratios estimates it robustly (a PR that
-    changes a minority of benchmarks moves few of them). On the 2-core development VM two A/A
-    process-interleaved runs scattered 41 % and 29 % (rounds interleaved: ~1 %, the pairs'
-    own error); a 3 % assumed term failed 5 and 1 timings there, 1.6x and 1.4x apart.
-    0.0 with fewer than 3 timings.
-    """
-    levels = [
-        correlated_estimate(e.log_ratios).log_ratio
-        for e in entries
-        if e.kind == "timing" and len(e.log_ratios) >= MIN_PAIRS
-    ]
-    if len(levels) < 3:
-        return 0.0
-    center = statistics.median(levels)
-    return math.expm1(1.4826 * statistics.median(abs(x - center) for x in levels))
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Judge, write ab.json, index.html and summary.md; exit 0 pass, 1 fail, 2 error."""
     from reports.render.ab import render_html, render_summary  # noqa: PLC0415 - jinja2 only here
@@ -393,7 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     context["machine"] = {"base": base_run.machine_label, "head": head_run.machine_label}
     entries = judge(base, head, config)
     if context.get("interleave") == "process":
-        spread = run_level_cv(entries)
+        spread = run_level_cv([e.log_ratios for e in entries if e.kind == "timing"])
         if spread > config.process_cv:
             config = replace(config, process_cv=spread)
             context["process_term"] = (

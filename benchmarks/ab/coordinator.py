@@ -148,8 +148,7 @@ class Referee:
 
     def _finish_round(self, side: str) -> None:
         state = self._sides[side]
-        pairing = self._pairing
-        if state.running and pairing is not None:
+        if state.running and (pairing := self._pairing) is not None:
             pairing.pointer += 1
             pairing.done[side] += 1
             if side in pairing.granted_s:
@@ -268,8 +267,7 @@ class Referee:
             return False
         if budget.target_half_width <= 0 or elapsed_s >= budget.max_s:
             return True
-        spread = half_width(*(pairing.durations_s[s] for s in SIDES))
-        return spread <= budget.target_half_width
+        return half_width(*(pairing.durations_s[s] for s in SIDES)) <= budget.target_half_width
 
 
 def runnable_threads(pid: int) -> int | None:

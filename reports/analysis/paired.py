@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -243,3 +244,22 @@ def ratio_quantile(diffs: Sequence[float], q: float) -> float:
         raise ValueError("ratio_quantile needs at least one pair")
     ordered = sorted(diffs)
     return math.exp(ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))])
+
+
+def run_level_cv(timings: Sequence[Sequence[float]]) -> float:
+    """How far two processes' levels scatter across a run's timings (each given by its pairs'
+    log-ratios), as a fraction; 0.0 with fewer than 3 timings of MIN_PAIRS pairs or more.
+
+    With `--interleave process` one side's process runs all its rounds, then the other's, so
+    every benchmark's ratio carries that pair of processes' difference *at that time*, which no
+    number of rounds narrows. Across benchmarks those differences scatter like the run-level
+    noise; 1.4826 x the MAD of the timings' trimmed log-ratios estimates it robustly (a PR that
+    changes a minority of benchmarks moves few of them). On the 2-core development VM two A/A
+    process-interleaved runs scattered 41 % and 29 % (rounds interleaved: ~1 %, the pairs'
+    own error); a 3 % assumed term failed 5 and 1 timings there, 1.6x and 1.4x apart.
+    """
+    levels = [correlated_estimate(d).log_ratio for d in timings if len(d) >= MIN_PAIRS]
+    if len(levels) < 3:
+        return 0.0
+    center = statistics.median(levels)
+    return math.expm1(1.4826 * statistics.median(abs(x - center) for x in levels))
