@@ -246,7 +246,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.robustness_suites > 0:
         from reports.analysis import robustness  # noqa: PLC0415 - optional verb
 
-        print("\nIssue-17 rows (heavy tails, few rounds, recent step, recurring state, drift):\n")
+        print(
+            "\nIssue-17 rows (heavy tails, few rounds, recent step, recurring state, drift, "
+            "process interleave):\n"
+        )
         rows = robustness.rows(args.robustness_suites, args.seed)
         print(robustness.format_rows(rows, args.robustness_suites))
     print(f"\n({time.perf_counter() - start:.1f} s)")

@@ -18,9 +18,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from reports.analysis.changepoints import detect_steps_detrended
+from reports.analysis.decision import RuleConfig, decide
 from reports.analysis.flags import drift
 from reports.analysis.levels import run_location
 from reports.analysis.noise_model import estimate_run_effects
+from reports.analysis.paired import (
+    PROCESS_INTERLEAVE_CV,
+    correlated_estimate,
+    instability,
+    run_level_cv,
+)
 from reports.analysis.series import AnalysisConfig, MetricSeries, judge_suite
 from reports.analysis.simulate import SimulationConfig, draw_run
 
@@ -143,29 +150,30 @@ def recent_step_row(suites: int, seed: int) -> Row:
 def recurring_row(suites: int, seed: int) -> Row:
     """One benchmark 1.25x slow in 15 % of runs; the PR's run is in that state.
 
-    Reported overall and for the suites whose baseline saw the state at least twice: a state
-    the window never saw (4 % of 20-run windows) or saw once is, by any rule that learns from
-    history, indistinguishable from a regression.
+    Reported by how often the 20-run window saw the state: a state the window never saw (4 %
+    of windows) is, by any rule that learns from history, indistinguishable from a regression;
+    once (14 %) it is a lone burst, which the issue allows to be set aside; twice or more, it
+    is the baseline's own spread, and the promise is <= alpha.
     """
     rng = random.Random(f"{seed}-recurring")
     world = World(rounds=5, tail_df=math.inf)
-    false = seen = false_seen = 0
+    total = [0, 0, 0]  # suites whose window saw the state 0, 1, >= 2 times
+    failed = [0, 0, 0]
     for _ in range(suites):
         states = [rng.random() < 0.15 for _ in range(world.baseline_runs)] + [True]
 
         def factor(b: int, r: int, st: list[bool] = states) -> float:
             return 1.25 if b == 0 and st[r] else 1.0
 
-        failed = fails(make_suite(rng, world, factor))[0]
-        false += failed
-        if sum(states[:-1]) >= 2:
-            seen += 1
-            false_seen += failed
+        seen = min(sum(states[:-1]), 2)
+        total[seen] += 1
+        failed[seen] += fails(make_suite(rng, world, factor))[0]
+    rates = [f"{f / max(n, 1):.1%} of {n}" for f, n in zip(failed, total, strict=True)]
     return Row(
         "one benchmark 1.25x slow in 15 % of runs; the PR's run is in it",
         "<= alpha (1 %) fail where the baseline saw the state",
-        f"{false / suites:.1%} fail; {false_seen / max(seen, 1):.1%} of the {seen} whose "
-        "baseline saw it twice or more",
+        f"{sum(failed) / suites:.1%} fail; by sightings in the window: twice or more "
+        f"{rates[2]}, once {rates[1]}, never {rates[0]}",
     )
 
 
@@ -189,6 +197,61 @@ def drift_row(suites: int, seed: int) -> Row:
     )
 
 
+def process_run(
+    rng: random.Random, spread: float, shifts: Sequence[float], term: float | None = None
+) -> list[str]:
+    """One `--interleave process` A/B run judged as `reports.ab` judges it: verdicts per timing.
+
+    Each timing has 100 pairs of log-ratios: the two processes' level difference at that time
+    (normal, SD `spread`, one draw per timing shared by its pairs), the timing's own change, and
+    t(3) pair noise of 13 % (the VM's tiny-model pairs). In the VM's 20 A/A process runs the 49
+    levels lay within 1.8-3.4 robust SDs of their median but for two timings (2.2x and 2.3x,
+    5.5 and 6.7 SDs out), both unstable (the ratio shifted mid-run) and so inconclusive; the
+    pairs here are stationary, so this row tests the term alone. The term is the run's own
+    spread across its timings, at least `PROCESS_INTERLEAVE_CV` (`term` replaces it: the fixed
+    3 % of the issue, to show what it did).
+    """
+
+    def t3() -> float:  # unit-variance Student t(3)
+        return rng.gauss(0, 1) / math.sqrt(rng.gammavariate(1.5, 2.0) / 3) / math.sqrt(3)
+
+    timings = []
+    for shift in shifts:
+        level = math.log1p(shift) + rng.gauss(0.0, spread)
+        timings.append([level + 0.13 * t3() for _ in range(100)])
+    cv = max(PROCESS_INTERLEAVE_CV, run_level_cv(timings)) if term is None else term
+    estimates = [correlated_estimate(d) for d in timings]
+    decisions = decide([e.evidence(0.05, cv) for e in estimates], RuleConfig(alpha=0.01))
+    return [
+        "inconclusive" if instability(d) else x.outcome
+        for d, x in zip(timings, decisions, strict=True)
+    ]
+
+
+def process_interleave_rows(suites: int, seed: int) -> list[Row]:
+    """`--interleave process`, 49 timings (the smoke matrix's): A/A, and 6 timings 25 % slower,
+    where the processes' levels spread 30 % (the 2-core VM) and 2 % (a quiet machine)."""
+    out = []
+    for spread in (0.30, 0.02):
+        rng = random.Random(f"{seed}-process-{spread}")
+        aa = sum("fail" in process_run(rng, spread, [0.0] * 49) for _ in range(suites))
+        caught = false = 0
+        for _ in range(suites):
+            verdicts = process_run(rng, spread, [0.25] * 6 + [0.0] * 43)
+            caught += verdicts[:6].count("fail")
+            false += "fail" in verdicts[6:]
+        out.append(
+            Row(
+                f"A/B `--interleave process`, processes' levels spread {spread:.0%}: A/A; "
+                "6 of 49 timings 25 % slower",
+                "A/A <= 1 in 20 runs with a fail",
+                f"A/A {aa / suites:.1%} runs with a fail; 25 %: {caught / (6 * suites):.1%} "
+                f"caught, {false / suites:.1%} runs with a false fail",
+            )
+        )
+    return out
+
+
 def rows(suites: int = 40, seed: int = 1) -> list[Row]:
     """Every row, `suites` seeded suites each."""
     return [
@@ -196,6 +259,7 @@ def rows(suites: int = 40, seed: int = 1) -> list[Row]:
         recent_step_row(suites, seed),
         recurring_row(suites * 3, seed),
         drift_row(max(2, suites // 10), seed),
+        *process_interleave_rows(suites, seed),
     ]
 
 
