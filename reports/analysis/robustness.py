@@ -1,10 +1,11 @@
 """The issue-17 rows on synthetic suites: heavy tails, few rounds, a recent step, a recurring
-state, drift. Each row judges seeded suites with the real verdict code (`judge_suite`, the run
-effects and `flags.drift`) and reports realised rates, so a reader sees what the defaults give.
+state, drift, process interleave. Each row judges seeded suites with the real verdict code
+(`judge_suite`, the run effects and `flags.drift`; A/B's paired judgement for the
+process-interleave rows) and reports realised rates, so a reader sees what the defaults give.
 
-The world: 36 benchmarks, 20 baseline runs, Student-t(3) round noise (heavy tails), round CV
-3 %, run CV 2 % per benchmark + 1 % suite-wide, and 2 % of rounds preempted (1.5-3x slower).
-`python -m reports simulate` prints the table.
+The history world: 36 benchmarks, 20 baseline runs, Student-t(3) round noise (heavy tails),
+round CV 3 %, run CV 2 % per benchmark + 1 % suite-wide, and 2 % of rounds preempted (1.5-3x
+slower); the A/B world is in `process_run`. `python -m reports simulate` prints the table.
 
 Deliberately not here: the CLI-level scenarios (`reports.scenarios`), the generic grid
 (`simulate`).
