@@ -46,14 +46,13 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from reports.analysis.decision import RuleConfig, decide
+from reports.analysis.decision import RuleConfig
 from reports.analysis.metrics import PRIMARY_BY_MEASUREMENT, is_exact_metric
 from reports.analysis.paired import (
     MIN_PAIRS,
     PROCESS_CV,
     PROCESS_INTERLEAVE_CV,
-    correlated_estimate,
-    instability,
+    judge_pairs,
     log_ratios,
     ratio_quantile,
     run_level_cv,
@@ -190,17 +189,14 @@ def judge(
 
 
 def _decide_timings(entries: Sequence[ABEntry], config: ABConfig) -> list[ABEntry]:
-    estimates = [correlated_estimate(e.log_ratios) for e in entries]
-    decisions = decide(
-        [
-            est.evidence(e.threshold, config.process_cv)
-            for est, e in zip(estimates, entries, strict=True)
-        ],
-        RuleConfig(alpha=config.alpha),
+    judged = judge_pairs(
+        [e.log_ratios for e in entries],
+        [e.threshold for e in entries],
+        config.process_cv,
+        config.alpha,
     )
     out = []
-    for e, est, d in zip(entries, estimates, decisions, strict=True):
-        unstable = instability(e.log_ratios)
+    for e, (est, d, unstable) in zip(entries, judged, strict=True):
         note = (
             f"trimmed mean of {est.pairs} pairs' log-ratios, {est.trimmed_each_end} cut "
             "from each end"

@@ -49,7 +49,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from reports.analysis.changepoints import detect_steps
-from reports.analysis.decision import Evidence
+from reports.analysis.decision import Decision, Evidence, RuleConfig, decide
 
 TRIM = 0.2
 PROCESS_CV = 0.01  # between-process spread pairing cannot cancel (module docstring)
@@ -263,3 +263,20 @@ def run_level_cv(timings: Sequence[Sequence[float]]) -> float:
         return 0.0
     center = statistics.median(levels)
     return math.expm1(1.4826 * statistics.median(abs(x - center) for x in levels))
+
+
+def judge_pairs(
+    timings: Sequence[Sequence[float]],
+    thresholds: Sequence[float],
+    process_cv: float,
+    alpha: float,
+) -> list[tuple[PairedEstimate, Decision, str]]:
+    """Every timing of one A/B run judged together (Holm across them): per timing its estimate,
+    its decision and why its pairs are unstable ("" when stable; the verdict is then
+    `inconclusive`, whatever the decision). `reports.ab` and the simulation both call this."""
+    estimates = [correlated_estimate(d) for d in timings]
+    decisions = decide(
+        [est.evidence(t, process_cv) for est, t in zip(estimates, thresholds, strict=True)],
+        RuleConfig(alpha=alpha),
+    )
+    return list(zip(estimates, decisions, [instability(d) for d in timings], strict=True))
