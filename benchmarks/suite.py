@@ -13,6 +13,7 @@ It deliberately imports no torch at module level (the root conftest imports it f
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -125,7 +126,8 @@ def start_record(benchmark: Any, run: CellRun, measurement: str) -> dict[str, An
             "cell_id": cell.id,
             "measurement": measurement,
             "warmup": cell.warmup,
-            "rounds": cell.rounds,
+            "rounds": cell.rounds,  # the floor; the benchmark's stats count the rounds timed
+            "min_timed_s": cell.min_timed_s,
             "seed": cell.seed,
             "timer": run.timer,
             "sync": run.sync,
@@ -282,15 +284,19 @@ class Rounds:
         if self._keep is not None:
             self.outputs.append(self._keep(self.last))
 
-    def _warm_round(self) -> None:
+    def _warm_round(self, timer: Callable[[], float]) -> float:
         """One untimed round of exactly what is timed (output and peak discarded): the cell's
         warm-up warms shapes, not each module's own path, whose first timed round ran up to
-        10 % slower (issue 19). Inside the compile window: a recompilation here still fails."""
+        10 % slower (issue 19). Inside the compile window: a recompilation here still fails.
+        Returns the call's seconds on `timer` (the benchmark's synchronizing timer)."""
         self.setup()
+        start = timer()
         self.target()
+        elapsed_s = timer() - start
         self._pending = False
         self.last = self._input = None
         self.outputs.clear()
+        return elapsed_s
 
     def _read_peak(self) -> None:
         if self._pending and self._monitor is not None:
@@ -298,10 +304,15 @@ class Rounds:
         self._pending = False
 
     def pedantic(
-        self, benchmark: Any, rounds: int, keep: Callable[[Any], Any] | None = None
-    ) -> None:
-        """One untimed round of the timed call (`_warm_round`), then `rounds` timed rounds;
-        `keep(output)` per timed round."""
+        self,
+        benchmark: Any,
+        rounds: int,
+        keep: Callable[[Any], Any] | None = None,
+        min_timed_s: float = 0.0,
+    ) -> int:
+        """One untimed round of the timed call (`_warm_round`), then the timed rounds (at least
+        `rounds`, more while they would add up to less than `min_timed_s`: `timed_rounds`);
+        `keep(output)` per timed round. Returns how many rounds were timed."""
         self._keep = keep
         # A compiled cell fails if torch.compile (re)compiles in the timed rounds (DESIGN §9).
         from benchmarks.calibration.slowdown import maybe_slow_region  # noqa: PLC0415 - torch
@@ -318,7 +329,10 @@ class Rounds:
         others = OthersCpuMeter()  # two counter reads around the rounds, none inside them
         device_state = meter_for(params := getattr(benchmark, "params", None) or {})
         with TimedWindow(info.get("cell_id", "?"), info.get("compile_mode")) as window:
-            self._warm_round()
+            # pytest-benchmark keeps the timer the suite gave it (`collect`: the synchronizing
+            # one) as `_timer`; a fake benchmark in a test has none.
+            warm_s = self._warm_round(getattr(benchmark, "_timer", time.perf_counter))
+            rounds = timed_rounds(rounds, warm_s, min_timed_s)
             others.start()
             device_state.start()  # GPU state and energy, read around the rounds only
             benchmark.pedantic(target, setup=self.setup, rounds=rounds, warmup_rounds=0)
@@ -331,6 +345,34 @@ class Rounds:
         window.check()
         self._read_peak()
         self._input = None
+        return rounds
+
+
+#: The most rounds `min_timed_s` adds: sub-millisecond rounds (a GPU decode step) would
+#: otherwise run thousands, for no better median, into every history file.
+MAX_TIMED_ROUNDS = 200
+
+
+def timed_rounds(rounds: int, round_s: float, min_timed_s: float) -> int:
+    """How many rounds to time: `rounds`, or as many as add up to `min_timed_s` seconds at
+    `round_s` each (the warm round's time), whichever is more, at most `MAX_TIMED_ROUNDS`.
+
+    Why: on a shared host the memory bandwidth moves +-15 % on a seconds scale (a 64 MB copy,
+    no torch; docs/suite.md), so three 0.1-s rounds are a snapshot of one moment and two
+    modules timing the same step read different moments. Rounds that span seconds each
+    average over the host's level, whatever the module.
+    """
+    if min_timed_s <= 0 or round_s <= 0:
+        return rounds
+    wanted = math.ceil(min_timed_s / round_s)
+    return max(rounds, min(wanted, MAX_TIMED_ROUNDS))
+
+
+def rounds_text(rounds: int, min_timed_s: float) -> str:
+    """The progress line's round count: "3 round(s)", or "3+ round(s), >= 5 s" with a floor."""
+    if min_timed_s <= 0:
+        return f"{rounds} round(s)"
+    return f"{rounds}+ round(s), >= {min_timed_s:g} s timed"
 
 
 def max_or_none(values: Any) -> int | None:

@@ -37,6 +37,7 @@ from benchmarks.suite import (
     cell_roofline,
     memory_fields,
     round_times,
+    rounds_text,
     start_record,
 )
 
@@ -62,8 +63,8 @@ def test_decode(
         return engine.decode_step(*state)
 
     rounds = Rounds(step, restore, MemoryMonitor(loaded.device))
-    progress(f"{cell.id}: decode step at context {cell.prompt_len}, {cell.rounds} round(s) ...")
-    rounds.pedantic(benchmark, cell.rounds)
+    progress(f"{cell.id}: decode step at context {cell.prompt_len}, {rounds_text(cell.rounds, cell.min_timed_s)} ...")
+    rounds.pedantic(benchmark, cell.rounds, min_timed_s=cell.min_timed_s)
     _, cache = rounds.last
 
     config = loaded.config

@@ -45,7 +45,14 @@ from benchmarks.harness.runmode.kvlayout import (
     static_fields,
     static_fields_mismatch,
 )
-from benchmarks.suite import CellRun, Rounds, max_or_none, round_times, start_record
+from benchmarks.suite import (
+    CellRun,
+    Rounds,
+    max_or_none,
+    round_times,
+    rounds_text,
+    start_record,
+)
 
 MEASUREMENT = "generate"
 
@@ -66,8 +73,8 @@ def test_generate(run: CellRun, pytestconfig: pytest.Config, benchmark: Any) -> 
         return engine.client_generate(prompt, cell.new_tokens)
 
     rounds = Rounds(generate, monitor=MemoryMonitor(loaded.device))
-    progress(f"{cell.id}: generate {cell.new_tokens} tokens, {cell.rounds} round(s) ...")
-    rounds.pedantic(benchmark, cell.rounds, keep=_timings)
+    progress(f"{cell.id}: generate {cell.new_tokens} tokens, {rounds_text(cell.rounds, cell.min_timed_s)} ...")
+    rounds.pedantic(benchmark, cell.rounds, keep=_timings, min_timed_s=cell.min_timed_s)
     timed: list[Generation] = rounds.outputs
     rounds.last = None  # no round's cache lives on into the asserting pass's peaks
     checked = engine.generate(prompt, cell.new_tokens)  # untimed: KV, memory, CPU per phase

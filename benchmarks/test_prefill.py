@@ -41,6 +41,7 @@ from benchmarks.suite import (
     cell_roofline,
     memory_fields,
     round_times,
+    rounds_text,
     start_record,
 )
 
@@ -59,8 +60,8 @@ def test_prefill_forward(
         return run.prompt.to(loaded.device)  # untimed H2D
 
     rounds = Rounds(engine.prefill_forward, device_prompt, MemoryMonitor(loaded.device))
-    progress(f"{cell.id}: prefill, {cell.rounds} round(s) ...")
-    rounds.pedantic(benchmark, cell.rounds)
+    progress(f"{cell.id}: prefill, {rounds_text(cell.rounds, cell.min_timed_s)} ...")
+    rounds.pedantic(benchmark, cell.rounds, min_timed_s=cell.min_timed_s)
 
     rounds_s = round_times(benchmark)
     prefill_s = median(rounds_s) if rounds_s else None

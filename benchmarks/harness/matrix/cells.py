@@ -1,9 +1,9 @@
 """A matrix and its cells (DESIGN §2): `Cell` (one benchmark configuration, its id) and `Matrix`.
 
 A matrix states its whole product explicitly: one list per axis (`models`, `devices`,
-`dtypes`, `batch`, `prompt_len`, `new_tokens`), the settings `warmup`, `rounds` and `seed`,
-an optional `exclude:` list of partial cells removed from the product, and an optional
-`include:` list of whole extra cells. Every mistake a user can make in that file raises a
+`dtypes`, `batch`, `prompt_len`, `new_tokens`), the settings `warmup`, `rounds`, `seed` and
+`min_timed_s`, an optional `exclude:` list of partial cells removed from the product, and an
+optional `include:` list of whole extra cells. Every mistake a user can make in that file raises a
 `MatrixError` whose one sentence names the file, the field and the fix.
 
 The cell id (`qwen2.5-0.5b-cpu-bfloat16-b1-p512-n32`) is the history's primary key and is built
@@ -40,8 +40,11 @@ INT_AXES = ("batch", "prompt_len", "new_tokens")
 # How each run-mode axis appears in the cell id: `-attn_eager`, `-cache_static`, `-compile_none`.
 _ID_PREFIX = {"attention": "attn", "cache": "cache", "compile": "compile"}
 # Settings apply to every cell; an `include:` entry may override them for itself.
-DEFAULT_SETTINGS: dict[str, int] = {"warmup": 1, "rounds": 5, "seed": 0}
-SETTING_MINIMUM: dict[str, int] = {"warmup": 0, "rounds": 1, "seed": 0}
+# `min_timed_s`: each module keeps timing rounds past `rounds` until they add up to this many
+# seconds (0: exactly `rounds`), so a figure is not a snapshot of a host whose memory bandwidth
+# moves on a seconds scale (docs/suite.md, "Rounds and min_timed_s").
+DEFAULT_SETTINGS: dict[str, int] = {"warmup": 1, "rounds": 5, "seed": 0, "min_timed_s": 0}
+SETTING_MINIMUM: dict[str, int] = {"warmup": 0, "rounds": 1, "seed": 0, "min_timed_s": 0}
 # The timed benchmark modules a matrix may run (each module's MEASUREMENT); `measurements:` is
 # optional and defaults to all of them. A module left out is skipped with that reason. The KV
 # assertion (test_kv_cache) is not among them: it runs on every cell (DESIGN §4).
@@ -72,6 +75,7 @@ class Cell:
     warmup: int
     rounds: int
     seed: int
+    min_timed_s: int = 0
     # Run-mode axes (DESIGN §9): None where the matrix does not name the axis.
     attention: str | None = None
     cache: str | None = None
@@ -161,7 +165,7 @@ class Cell:
         return cls(**{name: params[name] for name in names if name in params})
 
 
-_OPTIONAL_FIELDS = (*RUN_MODE_AXES, "max_cache_len")
+_OPTIONAL_FIELDS = (*RUN_MODE_AXES, "max_cache_len", "min_timed_s")
 
 
 @dataclass(frozen=True)
@@ -174,6 +178,7 @@ class Matrix:
     rounds: int
     seed: int
     excluded: int
+    min_timed_s: int = 0
     description: str = ""
     measurements: tuple[str, ...] = MEASUREMENTS
 
