@@ -18,6 +18,18 @@ standard error. A side with a single value (old files) borrows the other side's 
 A ratio outside the noise is a systematic difference between the modules: exactly the kind of
 wrong number issue 19 was about, so the report shows it instead of hiding it.
 
+The two modules run at different moments, and on a shared host the machine's level moves
+between them (memory bandwidth +-15 % over seconds, level shifts of 20 % lasting tens of
+seconds; docs/suite.md, "Rounds and min_timed_s"). Round-to-round spread cannot show that: 40
+decode rounds inside 5 s agree closely with each other and still read another moment than
+generate's steps. So the run adds a **between-window** term: the robust spread of its log
+ratios across cells (1.4826 x MAD, each about its phase's median; both phases pooled, since the
+host moves the same for both) less the part the rounds explain, when there are at least
+`MIN_ROWS_FOR_WINDOWS` rows. A bias common to every cell
+moves the median, not the spread, and is still flagged; one cell far off stands out of the
+others' scatter; scatter that moves from cell to cell is the host, and is named
+(`ConsistencySummary.window_sd`).
+
 Deliberately not here: rendering (`reports.render`), judging against history (`series`).
 """
 
@@ -40,6 +52,10 @@ BAND = 0.15
 MEDIAN_SE_FACTOR = 1.253
 #: A pooled SD below this is taken as this: timers and schedulers are not better than 0.5 %.
 MIN_SD = 0.005
+#: Rows a phase needs before its cells' scatter estimates the between-window term.
+MIN_ROWS_FOR_WINDOWS = 4
+#: 1.4826 x MAD estimates a normal SD.
+MAD_TO_SD = 1.4826
 TIMES = "\u00d7"  # the escape keeps the source ASCII
 
 
@@ -55,6 +71,7 @@ class ConsistencyRow:
     limit_log_ratio: float  # the largest |log ratio| the noise explains at ALPHA
     module_rounds: int
     generate_samples: int
+    window_sd: float = 0.0  # the phase's between-window term in the limit (log units)
 
     @property
     def within_noise(self) -> bool:
@@ -142,40 +159,81 @@ def _pooled_sd(samples: Sequence[Sequence[float]]) -> tuple[float | None, int]:
     return max(math.sqrt(squares / df), MIN_SD), df
 
 
+@dataclass(frozen=True)
+class _Phase:
+    """One phase's pairs with what the rounds say: each pair's SE, ratio, and the t quantile."""
+
+    pairs: list[_Pair]
+    ses: list[float]
+    ratios: list[float]
+    quantile: float
+
+    def deviations(self) -> list[float]:
+        """Log ratios about the phase's median: a bias common to the phase is not scatter."""
+        logs = [math.log(r) for r in self.ratios]
+        center = statistics.median(logs)
+        return [x - center for x in logs]
+
+
+def _phase(pairs: list[_Pair], alpha: float) -> _Phase | None:
+    sd_module, df_module = _pooled_sd([p.module for p in pairs])
+    sd_generate, df_generate = _pooled_sd([p.generate for p in pairs])
+    sd_module = sd_module if sd_module is not None else sd_generate
+    sd_generate = sd_generate if sd_generate is not None else sd_module
+    df = df_module + df_generate
+    if sd_module is None or sd_generate is None or df == 0:
+        return None  # one value per side in every cell: no noise estimate at all
+    ses = [
+        MEDIAN_SE_FACTOR
+        * math.sqrt(sd_module**2 / len(p.module) + sd_generate**2 / len(p.generate))
+        for p in pairs
+    ]
+    ratios = [statistics.median(p.generate) / statistics.median(p.module) for p in pairs]
+    return _Phase(pairs, ses, ratios, t_ppf(1.0 - alpha / 2.0, df))
+
+
 def consistency_rows(run: Run, alpha: float = ALPHA) -> list[ConsistencyRow]:
     """One row per cell and phase that two modules of `run` measured (see the module docstring)."""
     pairs = _pairs(run)
+    phases = [
+        found
+        for name in ("prefill", "decode")
+        if (found := _phase([p for p in pairs if p.phase == name], alpha)) is not None
+    ]
+    # One between-window term for the run: the host moves the same for both phases' windows,
+    # and a phase alone has only a handful of cells to estimate it from.
+    deviations = [d for ph in phases for d in ph.deviations()]
+    window = window_sd(deviations, [se for ph in phases for se in ph.ses])
+    # Its own t quantile (df = cells - 1): a MAD is less efficient still, so this is lenient.
+    window_quantile = t_ppf(1.0 - alpha / 2.0, max(len(deviations) - 1, 1))
     rows = []
-    phases: tuple[Phase, ...] = ("prefill", "decode")
-    for phase in phases:
-        mine = [p for p in pairs if p.phase == phase]
-        sd_module, df_module = _pooled_sd([p.module for p in mine])
-        sd_generate, df_generate = _pooled_sd([p.generate for p in mine])
-        sd_module = sd_module if sd_module is not None else sd_generate
-        sd_generate = sd_generate if sd_generate is not None else sd_module
-        df = df_module + df_generate
-        if sd_module is None or sd_generate is None or df == 0:
-            continue  # one value per side in every cell: no noise estimate at all
-        quantile = t_ppf(1.0 - alpha / 2.0, df)
-        for p in mine:
-            se = MEDIAN_SE_FACTOR * math.sqrt(
-                sd_module**2 / len(p.module) + sd_generate**2 / len(p.generate)
-            )
-            module_s = statistics.median(p.module)
-            generate_s = statistics.median(p.generate)
+    for ph in phases:
+        for p, se, ratio in zip(ph.pairs, ph.ses, ph.ratios, strict=True):
             rows.append(
                 ConsistencyRow(
                     cell_id=p.cell_id,
                     phase=p.phase,
-                    module_s=module_s,
-                    generate_s=generate_s,
-                    ratio=generate_s / module_s,
-                    limit_log_ratio=quantile * se,
+                    module_s=statistics.median(p.module),
+                    generate_s=statistics.median(p.generate),
+                    ratio=ratio,
+                    limit_log_ratio=math.hypot(ph.quantile * se, window_quantile * window),
                     module_rounds=len(p.module),
                     generate_samples=len(p.generate),
+                    window_sd=window,
                 )
             )
     return sorted(rows, key=lambda r: (r.cell_id, r.phase))
+
+
+def window_sd(deviations: Sequence[float], ses: Sequence[float]) -> float:
+    """The between-window SD (log units): the robust scatter (1.4826 x median |d|) of the
+    rows' log ratios about their phase's median, less the typical part the rounds explain;
+    0 with under `MIN_ROWS_FOR_WINDOWS` rows."""
+    if len(deviations) < MIN_ROWS_FOR_WINDOWS:
+        return 0.0
+    scatter = MAD_TO_SD * statistics.median(abs(d) for d in deviations)
+    rounds_part = statistics.median(se**2 for se in ses)
+    return math.sqrt(max(0.0, scatter**2 - rounds_part))
 
 
 @dataclass(frozen=True)
@@ -186,17 +244,22 @@ class ConsistencySummary:
     within_noise: int
     within_band: int
     worst: ConsistencyRow | None
+    window_sd: float = 0.0  # the run's between-window SD (log units)
 
     @property
     def text(self) -> str:
-        """ "14 of 16 within the noise, 16 within ±15 %; furthest: <cell> prefill x1.25"."""
+        """ "14 of 16 within the noise, 16 within ±15 %; furthest: <cell> prefill x1.25", and
+        "; the host's level moved ~6 % between modules" when there is a between-window term."""
         if not self.rows or self.worst is None:
             return ""
         worst = self.worst
-        return (
+        text = (
             f"{self.within_noise} of {self.rows} within the noise, {self.within_band} within "
             f"±{BAND * 100:.0f} %; furthest: {worst.cell_id} {worst.phase} {TIMES}{worst.ratio:.2f}"
         )
+        if self.window_sd >= MIN_SD:
+            text += f"; the host's level moved ~{self.window_sd * 100:.0f} % between modules"
+        return text
 
 
 def summarize_consistency(rows: Sequence[ConsistencyRow]) -> ConsistencySummary:
@@ -207,4 +270,5 @@ def summarize_consistency(rows: Sequence[ConsistencyRow]) -> ConsistencySummary:
         within_noise=sum(r.within_noise for r in rows),
         within_band=sum(r.within_band for r in rows),
         worst=worst,
+        window_sd=max((r.window_sd for r in rows), default=0.0),
     )

@@ -28,7 +28,7 @@ from benchmarks.harness.device.devices import (
     resolve_device,
 )
 from benchmarks.harness.device.fingerprint import machine_fingerprint
-from benchmarks.harness.doctor import cpu, gpuchecks, load, mps, peakcheck, timing
+from benchmarks.harness.doctor import cpu, drift, gpuchecks, load, mps, peakcheck, timing
 from benchmarks.harness.doctor.findings import Finding, exit_status, ok
 from benchmarks.harness.doctor.gpu import GpuProbe, NvmlProbe, NvmlUnavailableError
 from benchmarks.harness.doctor.report import format_lines, to_json, write_json
@@ -140,6 +140,7 @@ def run_checks(
     found += guarded("cpu.load", lambda: [load.check_load()])
     found += guarded("cpu.threads", lambda: [load.check_threads()])
     found += guarded("cpu.fp_state", lambda: [load.check_fp_state()])
+    found += guarded("cpu.memory_drift", lambda: [drift.check_memory_drift()])
     found += guarded("timing.timer", lambda: [timing.check_timer()])
     if device.type == "cuda":
         found += guarded("gpu", lambda: cuda_checks(device, probe_factory))

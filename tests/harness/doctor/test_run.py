@@ -49,7 +49,14 @@ def test_doctor_on_this_cpu_prints_a_level_and_an_action_per_finding(tmp_path):
     assert (done.returncode == 1) == bool(bad)
     assert summary.endswith(f"(exit {done.returncode})")
     checks = {f["check"] for f in data["findings"]}
-    for expected in ("cpu.load", "cpu.fp_state", "timing.timer", "timing.sync", "peaks.flops"):
+    for expected in (
+        "cpu.load",
+        "cpu.fp_state",
+        "cpu.memory_drift",
+        "timing.timer",
+        "timing.sync",
+        "peaks.flops",
+    ):
         assert expected in checks
     sync = next(f for f in data["findings"] if f["check"] == "timing.sync")
     assert sync["level"] == "skip"

@@ -90,7 +90,26 @@ def test_a_scalar_axis_reads_as_a_list_of_one():
 
 def test_settings_default_when_omitted():
     matrix = parse(base(warmup=None, rounds=None, seed=None))
-    assert (matrix.warmup, matrix.rounds, matrix.seed) == (1, 5, 0)
+    assert (matrix.warmup, matrix.rounds, matrix.seed, matrix.min_timed_s) == (1, 5, 0, 0)
+    assert {c.min_timed_s for c in matrix.cells} == {0}
+
+
+def test_min_timed_s_reaches_every_cell_and_an_include_may_override_it():
+    extra = {
+        "model": "llama-3.1-8b",
+        "device": "cpu",
+        "dtype": "bfloat16",
+        "batch": 2,
+        "prompt_len": 64,
+        "new_tokens": 8,
+        "min_timed_s": 0,
+    }
+    matrix = parse(base(min_timed_s=5, include=[extra]))
+    *product, last = matrix.cells
+    assert {c.min_timed_s for c in product} == {5} and last.min_timed_s == 0
+    assert matrix.min_timed_s == 5
+    # A setting, not an axis: the history key of a cell does not change with it.
+    assert "min_timed_s" not in product[0].axes() and product[0].id.endswith("-n32")
 
 
 def test_exclude_removes_every_cell_matching_all_given_axes():
@@ -213,6 +232,7 @@ def test_unknown_dtype_suggests_the_closest():
         ("rounds", 0, "rounds: 0 is not valid; use a positive integer"),
         ("warmup", -1, "warmup: -1 is not valid; use an integer >= 0"),
         ("seed", 1.5, "seed: 1.5 is not valid; use an integer >= 0"),
+        ("min_timed_s", -5, "min_timed_s: -5 is not valid; use an integer >= 0"),
     ],
 )
 def test_non_positive_or_non_integer_counts_are_refused(field, value, fix):

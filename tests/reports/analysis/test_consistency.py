@@ -41,19 +41,31 @@ def make_run(
     rounds: int = 3,
     sd: float = 0.02,
     slope_s_per_ktok: float = 0.0,
+    drift_sd: float = 0.0,
+    cell0_bias: float = 1.0,
 ) -> Run:
-    """Every cell runs prefill, decode and generate; `*_bias` scales generate's inside figure."""
+    """Every cell runs prefill, decode and generate; `*_bias` scales generate's inside figure
+    (`cell0_bias`: cell m0's only, both phases). `drift_sd`: each module's window runs at its own
+    host level, exp(N(0, drift_sd)), shared by all its rounds (a shared host between modules)."""
     rng = random.Random(seed)
     benches = []
+
+    def level() -> float:
+        # No draw without drift: the other tests keep the random stream they were written on.
+        return math.exp(rng.gauss(0.0, drift_sd)) if drift_sd else 1.0
+
     for c in range(CELLS):
         cell = f"m{c}"
         prefill_s = 0.1 * (1 + c)
         step_s = 0.01 * (1 + c)
-        benches.append(bench(cell, "prefill", noisy(rng, prefill_s, rounds, sd), {}))
-        benches.append(bench(cell, "decode", noisy(rng, step_s, rounds, sd), {}))
+        own = cell0_bias if c == 0 else 1.0
+        benches.append(bench(cell, "prefill", noisy(rng, prefill_s * level(), rounds, sd), {}))
+        benches.append(bench(cell, "decode", noisy(rng, step_s * level(), rounds, sd), {}))
+        generate_level = level()
+        prefill_bias_here = prefill_bias * own * generate_level
         steps = [
             s + slope_s_per_ktok * i / 1000.0
-            for i, s in enumerate(noisy(rng, step_s * decode_bias, 15, sd))
+            for i, s in enumerate(noisy(rng, step_s * decode_bias * own * generate_level, 15, sd))
         ]
         benches.append(
             bench(
@@ -61,7 +73,9 @@ def make_run(
                 "generate",
                 noisy(rng, 1.0, rounds, sd),
                 {
-                    "generate_prefill_rounds_s": noisy(rng, prefill_s * prefill_bias, rounds, sd),
+                    "generate_prefill_rounds_s": noisy(
+                        rng, prefill_s * prefill_bias_here, rounds, sd
+                    ),
                     "step_s": steps,
                     "decode_slope_s_per_ktok": slope_s_per_ktok,
                 },
@@ -135,3 +149,34 @@ def test_cells_without_generate_have_no_row_and_the_summary_names_the_furthest()
     assert summary.rows == 2
     assert "m2 prefill \u00d71.3" in summary.text
     assert summarize_consistency([]).text == ""
+
+
+@pytest.mark.parametrize("rounds", [3, 40])
+def test_host_drift_between_the_modules_windows_is_noise_and_is_named(rounds):
+    # Each module's window at its own level (8 % SD, as this VM's memory bandwidth moves), the
+    # rounds inside it tight: the rounds' spread alone called ~half of these rows inconsistent.
+    outside = total = 0
+    named = []
+    for seed in range(200):
+        rows = consistency_rows(make_run(seed, rounds=rounds, sd=0.01, drift_sd=0.08))
+        outside += sum(not r.within_noise for r in rows)
+        total += len(rows)
+        named.append(summarize_consistency(rows).window_sd)
+    assert outside / total <= 0.04, (outside, total)
+    # Two windows per ratio: the scatter of log ratios is ~0.08 * sqrt(2) = 0.11.
+    assert 0.07 <= sorted(named)[len(named) // 2] <= 0.15
+    assert "the host's level moved ~" in summarize_consistency(rows).text
+
+
+def test_one_cell_twice_as_slow_stands_out_of_the_host_drift():
+    caught = 0
+    for seed in range(200):
+        rows = consistency_rows(make_run(seed, sd=0.01, drift_sd=0.08, cell0_bias=2.0))
+        caught += sum(not r.within_noise for r in rows if r.cell_id == "m0")
+    assert caught / 400 >= 0.95, caught
+
+
+def test_a_quiet_host_has_no_between_window_term_to_speak_of():
+    rows = consistency_rows(make_run(4, sd=0.02))
+    summary = summarize_consistency(rows)
+    assert summary.window_sd < 0.03

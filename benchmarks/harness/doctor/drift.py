@@ -1,0 +1,94 @@
+"""Does this host lend the same memory bandwidth from one second to the next?
+
+On a shared host (a cloud VM, a CI runner) other tenants contend for the same memory, and the
+bandwidth this process gets moves on a scale of seconds, where neither steal time nor our own
+view of other processes' CPU use sees it. Decode streams every weight once per step, so it moves
+with it: short rounds become snapshots of one moment, and two modules timing the same step at
+different moments disagree (issue 19; docs/suite.md, "Rounds and min_timed_s").
+
+`check_memory_drift` copies a buffer larger than any cache in bursts for `QUICK_S` seconds,
+takes the median copy time of each `BIN_S` bin and reports the bins' spread: the slowest bin
+over the fastest (and each over the median of all copies). `drift_finding` is the pure verdict.
+Measured on the 2-core AVX-512 development VM (2026-12-02, quiet): bins of a 64 MB copy over a
+minute read 0.89-1.19, an in-cache matmul 0.98-1.05, steal time ~0.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+
+import torch
+
+from benchmarks.harness.doctor.findings import Finding, ok
+
+BUFFER_BYTES = 64 * 2**20
+"""Beyond the last-level cache of any CPU the suite runs on, so each copy goes to memory."""
+QUICK_S = 6.0
+BIN_S = 1.0
+WARN_SPREAD = 0.10
+"""The slowest bin's median over the fastest's, minus 1: windows of a second read levels 10 %
+apart, the size of a regression the reports are asked to see."""
+
+
+def drift_finding(bin_medians_s: Sequence[float], overall_median_s: float) -> Finding:
+    """The verdict on bins' median copy times (seconds) against the median of all copies."""
+    check = "cpu.memory_drift"
+    if len(bin_medians_s) < 2 or overall_median_s <= 0:
+        return Finding(
+            check,
+            "warn",
+            f"only {len(bin_medians_s)} bin(s) of copies were timed, so the drift is unknown",
+            "rerun the doctor on a machine that is not swapping",
+        )
+    low = min(bin_medians_s) / overall_median_s
+    high = max(bin_medians_s) / overall_median_s
+    spread = high / low - 1.0  # two windows of a second, a few seconds apart
+    text = (
+        f"a {BUFFER_BYTES // 2**20} MB copy over {len(bin_medians_s)} s: 1-s bins read "
+        f"{low:.2f}-{high:.2f} of the median"
+    )
+    data = {"low_ratio": round(low, 4), "high_ratio": round(high, 4), "bins": len(bin_medians_s)}
+    if spread > WARN_SPREAD:
+        return Finding(
+            check,
+            "warn",
+            f"{text}: the memory bandwidth this host lends moves "
+            f"{spread:.0%} from second to second (other tenants)",
+            "keep `min_timed_s: 5` (or more) in the matrix so rounds span seconds, compare "
+            "A/B with rounds interleaved, and prefer a dedicated host",
+            data,
+        )
+    return ok(check, f"{text}: steady", **data)
+
+
+def sample_bins(
+    copy: Callable[[], None],
+    seconds: float = QUICK_S,
+    bin_s: float = BIN_S,
+    clock: Callable[[], float] = time.perf_counter,
+) -> tuple[list[float], float]:
+    """Run `copy` back to back for `seconds`; each bin's median copy time and the overall one."""
+    bins: dict[int, list[float]] = {}
+    start = clock()
+    while (now := clock()) - start < seconds:
+        copy()
+        elapsed = clock() - now
+        bins.setdefault(int((now - start) // bin_s), []).append(elapsed)
+    every = [t for times in bins.values() for t in times]
+    if not every:
+        return [], 0.0
+    return [statistics.median(t) for _, t in sorted(bins.items())], statistics.median(every)
+
+
+def check_memory_drift(seconds: float = QUICK_S) -> Finding:
+    """Time a beyond-cache copy for `seconds` and judge how much its level moves."""
+    src = torch.ones(BUFFER_BYTES // 4, dtype=torch.float32)
+    dst = torch.empty_like(src)
+
+    def copy() -> None:
+        dst.copy_(src)
+
+    bins, overall = sample_bins(copy, seconds)
+    return drift_finding(bins, overall)
