@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 
-from benchmarks.harness.matrix.cells import Matrix
+from benchmarks.harness.matrix.cells import Cell, Matrix
 from benchmarks.harness.records import phase_energy_fields
 from benchmarks.harness.roofline.peaks import Peaks
 from benchmarks.harness.roofline.roofline import RooflineError, roofline_extra_info
@@ -30,7 +30,6 @@ from benchmarks.harness.roofline.roofline import RooflineError, roofline_extra_i
 if TYPE_CHECKING:
     import torch
 
-    from benchmarks.harness.matrix.cells import Cell
     from benchmarks.harness.modelcache import Loaded
 
 # The loaded matrix (pytest_configure in benchmarks/configure.py).
@@ -368,11 +367,11 @@ def timed_rounds(rounds: int, round_s: float, min_timed_s: float) -> int:
     return max(rounds, min(wanted, MAX_TIMED_ROUNDS))
 
 
-def rounds_text(rounds: int, min_timed_s: float) -> str:
-    """The progress line's round count: "3 round(s)", or "3+ round(s), >= 5 s" with a floor."""
-    if min_timed_s <= 0:
-        return f"{rounds} round(s)"
-    return f"{rounds}+ round(s), >= {min_timed_s:g} s timed"
+def rounds_text(cell: Cell) -> str:
+    """The progress line's round count: "3 round(s)", or "3+ round(s), >= 5 s timed"."""
+    if cell.min_timed_s <= 0:
+        return f"{cell.rounds} round(s)"
+    return f"{cell.rounds}+ round(s), >= {cell.min_timed_s} s timed"
 
 
 def max_or_none(values: Any) -> int | None:

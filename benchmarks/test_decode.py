@@ -63,7 +63,7 @@ def test_decode(
         return engine.decode_step(*state)
 
     rounds = Rounds(step, restore, MemoryMonitor(loaded.device))
-    progress(f"{cell.id}: decode step at context {cell.prompt_len}, {rounds_text(cell.rounds, cell.min_timed_s)} ...")
+    progress(f"{cell.id}: decode step at context {cell.prompt_len}, {rounds_text(cell)} ...")
     rounds.pedantic(benchmark, cell.rounds, min_timed_s=cell.min_timed_s)
     _, cache = rounds.last
 

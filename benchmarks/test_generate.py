@@ -73,7 +73,7 @@ def test_generate(run: CellRun, pytestconfig: pytest.Config, benchmark: Any) -> 
         return engine.client_generate(prompt, cell.new_tokens)
 
     rounds = Rounds(generate, monitor=MemoryMonitor(loaded.device))
-    progress(f"{cell.id}: generate {cell.new_tokens} tokens, {rounds_text(cell.rounds, cell.min_timed_s)} ...")
+    progress(f"{cell.id}: generate {cell.new_tokens} tokens, {rounds_text(cell)} ...")
     rounds.pedantic(benchmark, cell.rounds, keep=_timings, min_timed_s=cell.min_timed_s)
     timed: list[Generation] = rounds.outputs
     rounds.last = None  # no round's cache lives on into the asserting pass's peaks

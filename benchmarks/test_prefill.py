@@ -60,7 +60,7 @@ def test_prefill_forward(
         return run.prompt.to(loaded.device)  # untimed H2D
 
     rounds = Rounds(engine.prefill_forward, device_prompt, MemoryMonitor(loaded.device))
-    progress(f"{cell.id}: prefill, {rounds_text(cell.rounds, cell.min_timed_s)} ...")
+    progress(f"{cell.id}: prefill, {rounds_text(cell)} ...")
     rounds.pedantic(benchmark, cell.rounds, min_timed_s=cell.min_timed_s)
 
     rounds_s = round_times(benchmark)

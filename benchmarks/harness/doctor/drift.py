@@ -55,7 +55,7 @@ def drift_finding(bin_medians_s: Sequence[float], overall_median_s: float) -> Fi
             check,
             "warn",
             f"{text}: the memory bandwidth this host lends moves "
-            f"{spread:.0%} from second to second (other tenants)",
+            f"{spread * 100:.0f} % from second to second (other tenants)",
             "keep `min_timed_s: 5` (or more) in the matrix so rounds span seconds, compare "
             "A/B with rounds interleaved, and prefer a dedicated host",
             data,

@@ -106,10 +106,12 @@ def test_min_timed_s_reaches_every_cell_and_an_include_may_override_it():
     }
     matrix = parse(base(min_timed_s=5, include=[extra]))
     *product, last = matrix.cells
-    assert {c.min_timed_s for c in product} == {5} and last.min_timed_s == 0
+    assert {c.min_timed_s for c in product} == {5}
+    assert last.min_timed_s == 0
     assert matrix.min_timed_s == 5
     # A setting, not an axis: the history key of a cell does not change with it.
-    assert "min_timed_s" not in product[0].axes() and product[0].id.endswith("-n32")
+    assert "min_timed_s" not in product[0].axes()
+    assert product[0].id.endswith("-n32")
 
 
 def test_exclude_removes_every_cell_matching_all_given_axes():

@@ -154,7 +154,7 @@ def test_cells_without_generate_have_no_row_and_the_summary_names_the_furthest()
 @pytest.mark.parametrize("rounds", [3, 40])
 def test_host_drift_between_the_modules_windows_is_noise_and_is_named(rounds):
     # Each module's window at its own level (8 % SD, as this VM's memory bandwidth moves), the
-    # rounds inside it tight: the rounds' spread alone called ~half of these rows inconsistent.
+    # rounds inside it tight: the rounds' spread alone called 84-94 % of these rows inconsistent.
     outside = total = 0
     named = []
     for seed in range(200):
