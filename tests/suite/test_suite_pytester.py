@@ -377,6 +377,23 @@ def test_profile_writes_a_trace_per_generate_cell_and_saves_no_history(pytester)
     assert not storage.exists() or not list(storage.rglob("*.json"))
 
 
+def test_min_timed_s_times_more_rounds_than_the_floor_and_records_both(pytester):
+    # tiny-llama's rounds take milliseconds: half a second of them is far more than 2 rounds.
+    body = ONE.replace("rounds: 1", "rounds: 2\nmin_timed_s: 1")
+    matrix = write_matrix(pytester.path / "timed.yaml", body)
+    out = pytester.path / "bench.json"
+    result = run_suite(
+        pytester, "--matrix", str(matrix), f"--benchmark-json={out}", "-k", "prefill or decode"
+    )
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.stdout.fnmatch_lines(["*prefill, 2+ round(s), >= 1 s timed ...*"])
+    for record in json.loads(out.read_text())["benchmarks"]:
+        extra, data = record["extra_info"], record["stats"]["data"]
+        assert (extra["rounds"], extra["min_timed_s"]) == (2, 1)
+        assert len(data) > 2
+        assert len(data) == 200 or sum(data) >= 0.5  # the cap, or about the floor's second
+
+
 # --- noise control: --threads, --warmup-until-stable, thermal state --------------------------
 
 JSON_SCALARS = (str, int, float, bool, type(None))
