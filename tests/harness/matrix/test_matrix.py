@@ -94,17 +94,19 @@ def test_settings_default_when_omitted():
     assert {c.min_timed_s for c in matrix.cells} == {0}
 
 
+# A whole cell for `include:`, outside the product `base()` spans.
+EXTRA_CELL = {
+    "model": "llama-3.1-8b",
+    "device": "cpu",
+    "dtype": "bfloat16",
+    "batch": 2,
+    "prompt_len": 64,
+    "new_tokens": 8,
+}
+
+
 def test_min_timed_s_reaches_every_cell_and_an_include_may_override_it():
-    extra = {
-        "model": "llama-3.1-8b",
-        "device": "cpu",
-        "dtype": "bfloat16",
-        "batch": 2,
-        "prompt_len": 64,
-        "new_tokens": 8,
-        "min_timed_s": 0,
-    }
-    matrix = parse(base(min_timed_s=5, include=[extra]))
+    matrix = parse(base(min_timed_s=5, include=[{**EXTRA_CELL, "min_timed_s": 0}]))
     *product, last = matrix.cells
     assert {c.min_timed_s for c in product} == {5}
     assert last.min_timed_s == 0
@@ -127,16 +129,7 @@ def test_exclude_values_may_be_lists():
 
 
 def test_include_adds_whole_cells_after_the_product_with_optional_settings():
-    extra = {
-        "model": "llama-3.1-8b",
-        "device": "cpu",
-        "dtype": "bfloat16",
-        "batch": 2,
-        "prompt_len": 64,
-        "new_tokens": 8,
-        "rounds": 1,
-    }
-    matrix = parse(base(include=[extra]))
+    matrix = parse(base(include=[{**EXTRA_CELL, "rounds": 1}]))
     last = matrix.cells[-1]
     assert last.id == "llama-3.1-8b-cpu-bfloat16-b2-p64-n8"
     assert (last.warmup, last.rounds, last.seed) == (1, 1, 7)
