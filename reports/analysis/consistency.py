@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from reports.analysis.distributions import t_ppf
+from reports.analysis.levels import robust_sd
 from reports.history.load import BenchmarkResult, Run
 
 Phase = Literal["prefill", "decode"]
@@ -54,8 +55,6 @@ MEDIAN_SE_FACTOR = 1.253
 MIN_SD = 0.005
 #: Rows a phase needs before its cells' scatter estimates the between-window term.
 MIN_ROWS_FOR_WINDOWS = 4
-#: 1.4826 x MAD estimates a normal SD.
-MAD_TO_SD = 1.4826
 TIMES = "\u00d7"  # the escape keeps the source ASCII
 
 
@@ -226,12 +225,12 @@ def consistency_rows(run: Run, alpha: float = ALPHA) -> list[ConsistencyRow]:
 
 
 def window_sd(deviations: Sequence[float], ses: Sequence[float]) -> float:
-    """The between-window SD (log units): the robust scatter (1.4826 x median |d|) of the
+    """The between-window SD (log units): the robust scatter (`levels.robust_sd`) of the
     rows' log ratios about their phase's median, less the typical part the rounds explain;
     0 with under `MIN_ROWS_FOR_WINDOWS` rows."""
     if len(deviations) < MIN_ROWS_FOR_WINDOWS:
         return 0.0
-    scatter = MAD_TO_SD * statistics.median(abs(d) for d in deviations)
+    scatter = robust_sd(deviations)
     rounds_part = statistics.median(se**2 for se in ses)
     return math.sqrt(max(0.0, scatter**2 - rounds_part))
 

@@ -44,12 +44,12 @@ from __future__ import annotations
 
 import itertools
 import math
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from reports.analysis.changepoints import detect_steps
 from reports.analysis.decision import Decision, Evidence, RuleConfig, decide
+from reports.analysis.levels import robust_sd
 
 TRIM = 0.2
 PROCESS_CV = 0.01  # between-process spread pairing cannot cancel (module docstring)
@@ -261,8 +261,7 @@ def run_level_cv(timings: Sequence[Sequence[float]]) -> float:
     levels = [correlated_estimate(d).log_ratio for d in timings if len(d) >= MIN_PAIRS]
     if len(levels) < 3:
         return 0.0
-    center = statistics.median(levels)
-    return math.expm1(1.4826 * statistics.median(abs(x - center) for x in levels))
+    return math.expm1(robust_sd(levels))
 
 
 def judge_pairs(

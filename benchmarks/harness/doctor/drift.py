@@ -6,11 +6,12 @@ view of other processes' CPU use sees it. Decode streams every weight once per s
 with it: short rounds become snapshots of one moment, and two modules timing the same step at
 different moments disagree (issue 19; docs/suite.md, "Rounds and min_timed_s").
 
-`check_memory_drift` copies a buffer larger than any cache in bursts for `QUICK_S` seconds,
+`check_memory_drift` copies the peak measurement's buffer (`peakmeasure.MeasurePolicy`: at least
+256 MB and 4x the last-level cache, within free memory) back to back for `QUICK_S` seconds,
 takes the median copy time of each `BIN_S` bin and reports the bins' spread: the slowest bin
 over the fastest (and each over the median of all copies). `drift_finding` is the pure verdict.
-Measured on the 2-core AVX-512 development VM (2026-12-02, quiet): bins of a 64 MB copy over a
-minute read 0.89-1.19, an in-cache matmul 0.98-1.05, steal time ~0.
+Measured on the 2-core AVX-512 development VM (2026-12-02, quiet, numpy, no torch): 3-s bins of
+a 64 MB copy over a minute read 0.89-1.19, an in-cache matmul 0.98-1.05, steal time ~0.
 """
 
 from __future__ import annotations
@@ -22,9 +23,8 @@ from collections.abc import Callable, Sequence
 import torch
 
 from benchmarks.harness.doctor.findings import Finding, ok
+from benchmarks.harness.roofline.peakmeasure import MeasurePolicy, copy_buffers
 
-BUFFER_BYTES = 64 * 2**20
-"""Beyond the last-level cache of any CPU the suite runs on, so each copy goes to memory."""
 QUICK_S = 6.0
 BIN_S = 1.0
 WARN_SPREAD = 0.10
@@ -32,8 +32,11 @@ WARN_SPREAD = 0.10
 apart, the size of a regression the reports are asked to see."""
 
 
-def drift_finding(bin_medians_s: Sequence[float], overall_median_s: float) -> Finding:
-    """The verdict on bins' median copy times (seconds) against the median of all copies."""
+def drift_finding(
+    bin_medians_s: Sequence[float], overall_median_s: float, copy_bytes: int
+) -> Finding:
+    """The verdict on bins' median copy times (seconds) of `copy_bytes` against the median of
+    all copies."""
     check = "cpu.memory_drift"
     if len(bin_medians_s) < 2 or overall_median_s <= 0:
         return Finding(
@@ -46,7 +49,7 @@ def drift_finding(bin_medians_s: Sequence[float], overall_median_s: float) -> Fi
     high = max(bin_medians_s) / overall_median_s
     spread = high / low - 1.0  # two windows of a second, a few seconds apart
     text = (
-        f"a {BUFFER_BYTES // 2**20} MB copy over {len(bin_medians_s)} s: 1-s bins read "
+        f"a {copy_bytes // 2**20} MB copy over {len(bin_medians_s)} s: 1-s bins read "
         f"{low:.2f}-{high:.2f} of the median"
     )
     data = {"low_ratio": round(low, 4), "high_ratio": round(high, 4), "bins": len(bin_medians_s)}
@@ -84,11 +87,12 @@ def sample_bins(
 
 def check_memory_drift(seconds: float = QUICK_S) -> Finding:
     """Time a beyond-cache copy for `seconds` and judge how much its level moves."""
-    src = torch.ones(BUFFER_BYTES // 4, dtype=torch.float32)
-    dst = torch.empty_like(src)
+    cpu = torch.device("cpu")
+    copy_bytes = MeasurePolicy.for_device(cpu).copy_bytes
+    src, dst = copy_buffers(copy_bytes, cpu)
 
     def copy() -> None:
         dst.copy_(src)
 
     bins, overall = sample_bins(copy, seconds)
-    return drift_finding(bins, overall)
+    return drift_finding(bins, overall, copy_bytes)

@@ -150,7 +150,8 @@ def _block(op: Callable[[], object], iterations: int, device: torch.device) -> f
     return time.perf_counter() - start
 
 
-def _copy_buffers(nbytes: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def copy_buffers(nbytes: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Source (ones) and destination of `nbytes` each for a bandwidth copy (doctor's drift too)."""
     src = torch.ones(max(nbytes // 4, 1), dtype=torch.float32, device=device)
     return src, torch.empty_like(src)
 
@@ -170,7 +171,7 @@ def linear_operands(
 
 def measure_bandwidth(device: torch.device, policy: MeasurePolicy, deadline: float) -> float:
     """Bytes read + written per second by a device-to-device copy of `policy.copy_bytes`."""
-    src, dst = _copy_buffers(policy.copy_bytes, device)
+    src, dst = copy_buffers(policy.copy_bytes, device)
     nbytes = src.numel() * src.element_size()
     # The buffers die with this frame; `measure` then empties the allocator's cache.
     return best_rate(lambda: dst.copy_(src), 2.0 * nbytes, device, policy, deadline)

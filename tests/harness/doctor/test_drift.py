@@ -9,6 +9,8 @@ import pytest
 
 from benchmarks.harness.doctor import drift
 
+MB64 = 64 << 20
+
 
 def bins_of(levels: list[float], seed: int, per_bin: int = 40, jitter: float = 0.03) -> tuple:
     """Copy times around each bin's level with `jitter` log-normal noise per copy."""
@@ -19,14 +21,16 @@ def bins_of(levels: list[float], seed: int, per_bin: int = 40, jitter: float = 0
 
 
 def test_a_steady_host_is_ok_in_nearly_every_draw():
-    oks = sum(drift.drift_finding(*bins_of([0.004] * 6, seed)).level == "ok" for seed in range(300))
+    oks = sum(
+        drift.drift_finding(*bins_of([0.004] * 6, seed), MB64).level == "ok" for seed in range(300)
+    )
     assert oks >= 0.99 * 300  # per-copy noise alone moves a 40-copy bin median ~0.5 %
 
 
 @pytest.mark.parametrize("shift", [1.15, 0.85])
 def test_a_level_shift_of_15_percent_is_named_in_every_draw(shift):
     found = [
-        drift.drift_finding(*bins_of([0.004] * 3 + [0.004 * shift] * 3, seed))
+        drift.drift_finding(*bins_of([0.004] * 3 + [0.004 * shift] * 3, seed), MB64)
         for seed in range(300)
     ]
     assert all(f.level == "warn" for f in found)
@@ -35,14 +39,14 @@ def test_a_level_shift_of_15_percent_is_named_in_every_draw(shift):
 
 
 def test_seven_percent_wander_is_ok_and_the_figures_are_the_ratios():
-    found = drift.drift_finding([1.0, 1.04, 0.97, 1.0], 1.0)
+    found = drift.drift_finding([1.0, 1.04, 0.97, 1.0], 1.0, MB64)
     assert found.level == "ok"
     assert found.data["low_ratio"] == 0.97
     assert found.data["high_ratio"] == 1.04
 
 
 def test_too_few_bins_is_a_warning_that_says_the_drift_is_unknown():
-    found = drift.drift_finding([0.004], 0.004)
+    found = drift.drift_finding([0.004], 0.004, MB64)
     assert found.level == "warn"
     assert "unknown" in found.message
 

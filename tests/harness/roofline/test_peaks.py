@@ -275,7 +275,7 @@ def test_the_flops_peak_is_measured_with_f_linear_on_the_weight_layout_of_a_mode
 
 def test_the_measurement_frees_its_buffers_and_empties_the_allocator(monkeypatch):
     alive = []
-    real_buffers, real_operands = peakmeasure._copy_buffers, peakmeasure.linear_operands
+    real_buffers, real_operands = peakmeasure.copy_buffers, peakmeasure.linear_operands
 
     def buffers(nbytes, device):
         made = real_buffers(nbytes, device)
@@ -293,7 +293,7 @@ def test_the_measurement_frees_its_buffers_and_empties_the_allocator(monkeypatch
         # By the time the allocator is emptied, no copy buffer or operand may be referenced.
         released.append((device, [ref() is None for ref in alive]))
 
-    monkeypatch.setattr(peakmeasure, "_copy_buffers", buffers)
+    monkeypatch.setattr(peakmeasure, "copy_buffers", buffers)
     monkeypatch.setattr(peakmeasure, "linear_operands", operands)
     monkeypatch.setattr(peakmeasure, "release_cached_memory", release)
     peakmeasure.measure(CPU, torch.float32, SMALL)
