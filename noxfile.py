@@ -75,6 +75,10 @@ def tests(session: nox.Session, transformers: str) -> None:
     """Run the suite's own fast CPU tests (the README's test command)."""
     _install(session, "test", extra=(f"transformers=={transformers}",))
     # Exit 5 means pytest collected nothing (a -k filter in posargs); that is not a failure.
+    # The test workers share the machine's cores, each with torch's default thread count: with
+    # libgomp's spinning default they collapse each other's parallel regions (4-20x on 2 cores),
+    # so the tests, which time nothing, run with sleeping OpenMP workers unless the user chose.
+    # The benchmark sessions keep the user's default (conftest.py).
     session.run(
         "python",
         "-m",
@@ -84,6 +88,7 @@ def tests(session: nox.Session, transformers: str) -> None:
         os.environ.get("PHASEBENCH_TEST_WORKERS", "2"),
         *session.posargs,
         success_codes=[0, 5],
+        env={"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")},
     )
 
 

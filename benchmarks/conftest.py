@@ -41,6 +41,7 @@ from benchmarks.configure import (
 )
 from benchmarks.fixtures_peaks import peaks, peaks_before_build, remeasure_peaks
 from benchmarks.fixtures_warmup import warmed
+from benchmarks.harness.device.cpustate import OthersCpuMeter
 from benchmarks.harness.device.devices import device_unavailable_reason, resolve_device, sync_name
 from benchmarks.harness.device.fingerprint import mps_fallback_refusal
 from benchmarks.harness.device.fpstate import pin_fp_state
@@ -66,6 +67,10 @@ __all__ = [
 ]
 
 FAILED = pytest.StashKey[bool]()
+# Other processes' CPU over the whole test (build, warmup, rounds, the asserting pass): a tiny
+# model's timed rounds take milliseconds, too short for the CPU counters (`cpustate`), while the
+# tests of a run together span most of its wall time, so the reports add these up (issue 33).
+TEST_METER = pytest.StashKey[OthersCpuMeter]()
 
 
 # --- reports and history --------------------------------------------------------------------
@@ -186,6 +191,8 @@ def loaded(
     After `peaks_before_build`: the device's peaks are known before its first model is built.
     """
     del peaks_before_build  # a dependency for its order only
+    meter = request.node.stash[TEST_METER] = OthersCpuMeter()
+    meter.start()
     device = resolve_device(cell.device)
     # Every cell starts in the same process state whatever ran before it: the pinned FP state
     # (FTZ/DAZ off, `fpstate`) and the run's intra-op threads, from the build through the
@@ -218,11 +225,18 @@ def prompt(cell: Cell, loaded: Loaded) -> torch.Tensor:
 
 @pytest.fixture
 def run(
-    cell: Cell, loaded: Loaded, prompt: torch.Tensor, warmed: Warmup, progress: Progress
+    request: pytest.FixtureRequest,
+    *,
+    cell: Cell,
+    loaded: Loaded,
+    prompt: torch.Tensor,
+    warmed: Warmup,
+    progress: Progress,
 ) -> Iterator[CellRun]:
     """The cell, its model, prompt and warmup, and the timer and sync names for extra_info.
 
-    When the test ends (after its timed rounds), every record it started gets `thermal_after`.
+    When the test ends (after its timed rounds), every record it started gets `thermal_after`
+    and the whole test's other-process CPU (`others_test_cpu_s`, `others_test_window_s`).
     """
     cell_run = CellRun(
         cell=cell,
@@ -237,5 +251,8 @@ def run(
     if cell_run.records:
         # pytest-benchmark keeps a reference to extra_info, so this still reaches the history.
         after = thermal_state(loaded.device)
+        whole = request.node.stash[TEST_METER].stop_extra_info()
         for info in cell_run.records:
             info["thermal_after"] = dict(after)
+            info["others_test_cpu_s"] = whole["others_cpu_s"]
+            info["others_test_window_s"] = whole["others_window_s"]

@@ -150,8 +150,9 @@ def start_record(benchmark: Any, run: CellRun, measurement: str) -> dict[str, An
 
 
 def thread_policy() -> dict[str, Any]:
-    """The threads the rounds ran with (root conftest.py sets the wait policy), in the names the
-    fingerprint uses; read by `noise.cpu_thread_state` (imported here: no torch at import)."""
+    """The threads the rounds ran with (the wait policy as the user's process has it), in the
+    names the fingerprint uses; read by `noise.cpu_thread_state` (imported here: no torch at
+    import)."""
     from benchmarks.harness.device.fingerprint import UNSET  # noqa: PLC0415 - torch
     from benchmarks.harness.device.noise import cpu_thread_state  # noqa: PLC0415 - torch
 
@@ -159,6 +160,7 @@ def thread_policy() -> dict[str, Any]:
     return {
         "torch_num_threads": state["torch_num_threads"],
         "omp_wait_policy": state["env_OMP_WAIT_POLICY"] or UNSET,
+        "gomp_spincount": state["env_GOMP_SPINCOUNT"] or UNSET,
     }
 
 

@@ -8,7 +8,9 @@ Pure functions on verdicts and plain numbers; `tests/reports/analysis/test_flags
   core of four busy; half a core of a 2-core VM) is disturbed: torch's thread pool collapses
   when a core it counts on is taken, 4-5x on a 2-core VM. Its `fail` and `improved` verdicts
   become `inconclusive` with the reason (`mark_busy`): it is never judged as if quiet, and a
-  busy run cannot pass. Files without the field are quiet as before.
+  busy run cannot pass. A benchmark whose window was too short for the CPU counters records
+  None (unknown, not busy); the run's windows added up still count (`run_busy_pct`). Files
+  without the field are quiet as before.
 - **An implausible change** (`IMPLAUSIBLE_RATIO`): a timing 3x slower or faster than its
   baseline more likely means the benchmark stopped (or started) doing its work than that the
   code changed its speed so much; `implausible` says so, for a human to check.
@@ -143,14 +145,103 @@ class DriftRow:
         )
 
 
+#: `/proc/stat`'s tick (USER_HZ = 100 on Linux): each window's reading of others' CPU is off by
+#: the two reads' truncation of every CPU's idle time, within one tick per CPU.
+COUNTER_TICK_S = 0.01
+#: Windows added up resolve others' CPU when three standard deviations of their summed
+#: truncation errors are at most this share of their capacity (the one-window rule's 5 %).
+RESOLVE_SHARE = 0.05
+
+
+def _number(raw: object) -> float | None:
+    if isinstance(raw, int | float) and not isinstance(raw, bool) and math.isfinite(raw):
+        return float(raw)
+    return None
+
+
 def run_busy_pct(run: Run) -> float | None:
-    """`busy_cpu_pct` over the run's benchmarks' `extra_info.other_cpu_pct` (absent: quiet)."""
-    values = []
-    for bench in run.benchmarks.values():
-        raw = bench.extra.get("other_cpu_pct")
-        if isinstance(raw, int | float) and not isinstance(raw, bool):
-            values.append(float(raw))
+    """`busy_cpu_pct` over the run's benchmarks: each one's `extra_info.other_cpu_pct` where its
+    window resolved it, and the run's windows added up (`integrated_other_cpu_pct`).
+
+    A benchmark whose rounds took milliseconds records None (its counters cannot tell one 10-ms
+    tick from a neighbour): it is not busy on its own, but its window still counts in the sum, so
+    a neighbour that sat through a run of short benchmarks is seen. Absent fields: quiet.
+    """
+    values = [
+        pct
+        for bench in run.benchmarks.values()
+        if (pct := _number(bench.extra.get("other_cpu_pct"))) is not None
+    ]
+    integrated = integrated_other_cpu_pct(run)
+    if integrated is not None:
+        values.append(integrated)
     return busy_cpu_pct(values)
+
+
+def integrated_other_cpu_pct(run: Run) -> float | None:
+    """Other processes' share of the machine over all the run's tests together (each test's
+    whole window, `others_test_*`, else its timed rounds' window): the sum of others' CPU-s over
+    the sum of window x CPUs. None when the windows' summed counter error could reach
+    `RESOLVE_SHARE` of that capacity, or the files predate the raw fields (`others_cpu_s`,
+    `others_window_s`, `others_cpus`).
+
+    Each window's error is the difference of two truncations per CPU: triangular within one tick,
+    standard deviation tick / sqrt(6), independent from window to window; k windows of c CPUs
+    sum to tick * sqrt(k c / 6). Sixty 10-ms windows on 2 CPUs (1.2 CPU-s) do not resolve; two
+    hundred 20-ms windows (8 CPU-s) do."""
+    others_s = capacity_s = cpu_windows = 0.0
+    for bench in run.benchmarks.values():
+        extra = bench.extra
+        # The whole test's window where recorded (build, warmup, rounds: tests span most of a
+        # run's wall time), else the timed rounds'.
+        whole = "others_test_cpu_s" in extra and "others_test_window_s" in extra
+        prefix = "others_test_" if whole else "others_"
+        cpu_s = _number(extra.get(f"{prefix}cpu_s"))
+        window_s = _number(extra.get(f"{prefix}window_s"))
+        cpus = _number(extra.get("others_cpus"))
+        if cpu_s is None or window_s is None or cpus is None or cpus <= 0:
+            continue
+        others_s += cpu_s
+        capacity_s += window_s * cpus
+        cpu_windows += cpus
+    error_s = 3.0 * COUNTER_TICK_S * math.sqrt(cpu_windows / 6.0)
+    if capacity_s <= 0 or error_s > RESOLVE_SHARE * capacity_s:
+        return None
+    return min(max(100.0 * others_s / capacity_s, 0.0), 100.0)
+
+
+def unresolved_other_cpu(run: Run) -> int:
+    """How many of the run's benchmarks recorded others' CPU as unknown (a window too short)."""
+    return sum(
+        1
+        for bench in run.benchmarks.values()
+        if "other_cpu_note" in bench.extra and bench.extra.get("other_cpu_pct") is None
+    )
+
+
+def other_cpu_text(run: Run) -> str:
+    """What the run's records say of other processes' CPU, for the report's methodology:
+    the busiest resolved benchmark, the windows together, and how many windows were too short."""
+    pcts = [
+        pct
+        for bench in run.benchmarks.values()
+        if (pct := _number(bench.extra.get("other_cpu_pct"))) is not None
+    ]
+    integrated = integrated_other_cpu_pct(run)
+    unknown = unresolved_other_cpu(run)
+    if not pcts and integrated is None and not unknown:
+        return "n/a (not recorded)"
+    parts = []
+    if pcts:
+        parts.append(f"at most {max(pcts):.0f} % of the machine in one benchmark")
+    if integrated is not None:
+        parts.append(f"{integrated:.0f} % over all the run's tests together")
+    if unknown:
+        parts.append(
+            f"unknown in {unknown} benchmark(s) whose rounds were too short for the CPU "
+            "counters' 10-ms ticks"
+        )
+    return "; ".join(parts)
 
 
 def comparison_drift(comparison: Comparison, threshold: float) -> list[DriftRow]:

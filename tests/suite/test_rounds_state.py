@@ -46,14 +46,14 @@ def test_a_cell_that_turns_flush_to_zero_on_in_its_rounds_leaves_it_off_and_says
 def test_other_processes_cpu_use_during_the_rounds_is_recorded_in_percent_of_the_machine(
     monkeypatch: pytest.MonkeyPatch,
 ):
-    # 4 CPUs; over 2 s of rounds the machine was busy 5 CPU-seconds, 1 of them this process's:
-    # others used 4 CPU-s / (2 s x 4 CPUs) = 50 % of the machine.
+    # 4 CPUs; over 2 s of rounds (8 CPU-s) the machine was idle 3 CPU-s, so busy 5, 1 of them
+    # this process's: others used 4 CPU-s / (2 s x 4 CPUs) = 50 % of the machine.
     clock = iter([0.0, 2.0])
-    busy = iter([100.0, 105.0])
+    idle = iter([100.0, 103.0])
     own = iter([10.0, 11.0])
     meter = cpustate.CpuUseMeter(
         cpus=[0, 1, 2, 3],
-        busy_s=lambda _cpus: next(busy),
+        idle_s=lambda _cpus: next(idle),
         own_s=lambda: next(own),
         clock=lambda: next(clock),
     )

@@ -418,8 +418,17 @@ def test_every_timed_record_names_the_fp_state_the_thread_policy_and_the_machine
         info = bench["extra_info"]
         # Pinned per cell: FTZ/DAZ off, as in a user's process (benchmarks/harness/device/fpstate).
         assert info["flush_denormal"] is False, bench["name"]
-        assert 0.0 <= info["other_cpu_pct"] <= 100.0, bench["name"]
-        assert info["others_cores"] >= 0.0, bench["name"]
+        cpus = info["others_cpus"]
+        assert cpus == os.cpu_count()  # the whole machine, never more cores than it has
+        if info["other_cpu_pct"] is None:  # rounds too short for the CPU counters: unknown
+            assert info["others_cores"] is None
+            assert "unknown" in info["other_cpu_note"], bench["name"]
+        else:
+            assert 0.0 <= info["other_cpu_pct"] <= 100.0, bench["name"]
+            assert 0.0 <= info["others_cores"] <= cpus, bench["name"]
+        # The whole test's window holds the timed rounds' (the reports add these up).
+        assert info["others_test_window_s"] >= info["others_window_s"] > 0.0
+        assert 0.0 <= info["others_test_cpu_s"] <= cpus * info["others_test_window_s"]
         assert info["torch_num_threads"] >= 1
         assert (
             info["omp_wait_policy"] == run["machine_info"]["phasebench"]["stack"]["omp_wait_policy"]

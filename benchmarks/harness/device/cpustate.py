@@ -7,11 +7,12 @@
   alone would understate the cache a working set can live in (and overstate it for a process
   pinned to a few cores of a large box, whose instances are the only ones counted).
 * `CpuUseMeter` measures how much CPU time processes *other than this one* take on the CPUs this
-  process may run on, over an interval: system busy time (psutil, per CPU) minus this process's
-  own user + system time. The suite's own threads (warmup generations, torch's spinning OpenMP
-  workers) never make the machine look busy, which the 1-minute load average cannot tell apart.
-  `OthersCpuMeter` is the same over all the machine's CPUs, in percent: what each benchmark
-  records as `others_cores` and `other_cpu_pct` for its timed rounds.
+  process may run on, over an interval: the CPUs' capacity minus their idle time (psutil, per
+  CPU) minus this process's own CPU clock, with the counters' resolution (a window too short
+  to tell is unknown, never busy). The suite's own threads (warmup generations, torch's spinning
+  OpenMP workers) never make the machine look busy, which the 1-minute load average cannot tell
+  apart. `OthersCpuMeter` is the same over all the machine's CPUs, in percent: what each
+  benchmark records as `others_cores` and `other_cpu_pct` for its timed rounds.
 
 It does not read cache sizes on macOS or Windows (None there) and does not decide what a busy
 machine means for a measurement (peaks.py does).
@@ -119,6 +120,33 @@ def parse_size(text: str) -> int | None:
 
 # ---------------------------------------------------------------------------------------------
 # Other processes' CPU use
+#
+# Resolution (issue 33). `/proc/stat` counts in ticks of 1/USER_HZ (10 ms), and a CPU's user and
+# system time are *sampled* at each tick, so "busy minus our own" over a window of milliseconds
+# read one 10-ms tick as cores: the smoke run's tiny benchmarks recorded 4.02 cores of others on
+# a 2-core VM, quiet. Two changes, measured on the 2-core EPYC VM (quiet, a 2-thread matmul
+# loop, 40 windows each): busy time is the window's CPU capacity minus the CPUs' idle time
+# (kept from idle entry and exit, not sampled), and our own time is the process's CPU clock
+# (nanoseconds). Other processes' cores then read -0.48..+0.37 over 5-ms windows (the old way
+# -1.85..+1.83), -0.17..+0.17 over 20 ms, -0.03..+0.03 over 100 ms and 0.00..+0.02 over 300 ms.
+# What is left is the counter's tick: each read truncates every CPU's idle time to a tick, so a
+# window resolves others' CPU to `cpus x tick / window` cores at worst. Shorter than
+# `RESOLVE_TICKS` ticks (0.2 s at 100 Hz: a 5 % of the machine bound, against the reports'
+# 25 % busy line) a window's figure is recorded as unknown, never as busy; its raw CPU-seconds
+# are still kept, so the reports can integrate many short windows into one that resolves.
+
+#: A window of this many counter ticks or more resolves others' CPU to 1/RESOLVE_TICKS of the
+#: machine (5 %) at worst; a shorter one is unknown.
+RESOLVE_TICKS = 20
+
+
+def counter_tick_s() -> float:
+    """Seconds per `/proc/stat` tick (1/USER_HZ; 0.01 on Linux), 0.01 where unknown."""
+    try:
+        ticks = os.sysconf("SC_CLK_TCK")
+    except (AttributeError, OSError, ValueError):
+        return 0.01
+    return 1.0 / ticks if ticks > 0 else 0.01
 
 
 @dataclass(frozen=True)
@@ -128,64 +156,85 @@ class CpuUse:
     others_cores: float  # average number of those CPUs kept busy by other processes
     cpus: int  # how many CPUs this process may run on
     wall_s: float
+    #: the counters' worst-case error in cores over this window (`cpus x tick / wall_s`)
+    resolution_cores: float = 0.0
 
     @property
     def others_fraction(self) -> float:
         """`others_cores` as a fraction of the CPUs this process may run on."""
         return self.others_cores / max(self.cpus, 1)
 
+    @property
+    def resolved(self) -> bool:
+        """Whether the window was long enough for the counters (`RESOLVE_TICKS`)."""
+        return self.resolution_cores <= self.cpus / RESOLVE_TICKS
 
-def _busy_seconds(cpus: list[int]) -> float:
-    """Non-idle CPU seconds since boot, summed over `cpus` (steal counts: it is lost to us)."""
+    @property
+    def others_cpu_s(self) -> float:
+        """Other processes' CPU-seconds over the window (unclamped below the machine)."""
+        return self.others_cores * self.wall_s
+
+
+def _idle_seconds(cpus: list[int]) -> float:
+    """Idle (and I/O-wait) CPU seconds since boot, summed over `cpus`. The kernel keeps idle
+    time from idle entry and exit, not from tick samples; steal is not idle (it is lost to us)."""
     per_cpu = psutil.cpu_times(percpu=True)
     total = 0.0
     for cpu in cpus:
         if cpu >= len(per_cpu):  # offline CPUs may be missing from the list
             continue
         times = per_cpu[cpu]
-        total += sum(
-            float(getattr(times, name, 0.0))
-            for name in ("user", "nice", "system", "irq", "softirq", "steal")
-        )
+        total += float(times.idle) + float(getattr(times, "iowait", 0.0))
     return total
 
 
 def _own_seconds() -> float:
-    times = psutil.Process().cpu_times()
-    return float(times.user + times.system)
+    # CLOCK_PROCESS_CPUTIME_ID: every thread of this process, in nanoseconds (psutil's
+    # Process.cpu_times is tick-sampled like /proc/stat).
+    return time.process_time()
 
 
 class CpuUseMeter:
     """`start()` then `stop()`: other processes' CPU use on our CPUs in between.
 
-    The readers are injectable so that tests can drive it with known figures.
+    Others = the window's CPU capacity - the CPUs' idle time - this process's CPU time, within
+    0 and the CPU count. The readers are injectable so that tests can drive it with known figures.
     """
 
     def __init__(
         self,
         *,
         cpus: list[int] | None = None,
-        busy_s: Callable[[list[int]], float] = _busy_seconds,
+        idle_s: Callable[[list[int]], float] = _idle_seconds,
         own_s: Callable[[], float] = _own_seconds,
         clock: Callable[[], float] = time.perf_counter,
+        tick_s: float | None = None,
     ) -> None:
         self._cpus = allowed_cpus() if cpus is None else cpus
-        self._busy_s, self._own_s, self._clock = busy_s, own_s, clock
+        self._idle_s, self._own_s, self._clock = idle_s, own_s, clock
+        self._tick_s = counter_tick_s() if tick_s is None else tick_s
         self._start: tuple[float, float, float] | None = None
 
     def start(self) -> None:
         """Begin the interval."""
-        self._start = (self._busy_s(self._cpus), self._own_s(), self._clock())
+        self._start = (self._idle_s(self._cpus), self._own_s(), self._clock())
 
     def stop(self) -> CpuUse:
         """End the interval; RuntimeError if it was never started."""
         if self._start is None:
             raise RuntimeError("CpuUseMeter.stop() before start()")
-        busy0, own0, wall0 = self._start
-        busy1, own1, wall1 = self._busy_s(self._cpus), self._own_s(), self._clock()
+        idle0, own0, wall0 = self._start
+        idle1, own1, wall1 = self._idle_s(self._cpus), self._own_s(), self._clock()
+        cpus = len(self._cpus)
         wall_s = max(wall1 - wall0, 1e-9)
-        others_s = max((busy1 - busy0) - (own1 - own0), 0.0)
-        return CpuUse(others_cores=others_s / wall_s, cpus=len(self._cpus), wall_s=wall_s)
+        busy_s = cpus * wall_s - (idle1 - idle0)
+        others_s = min(max(busy_s - (own1 - own0), 0.0), cpus * wall_s)
+        return CpuUse(
+            others_cores=others_s / wall_s,
+            cpus=cpus,
+            wall_s=wall_s,
+            resolution_cores=cpus * self._tick_s / wall_s,
+        )
 
 
 def machine_cpus() -> list[int]:
@@ -199,7 +248,11 @@ class OthersCpuMeter:
     The figure a benchmark records as `extra_info.other_cpu_pct`: the mean share of the
     machine's CPU capacity that processes other than this one used between `start()` and
     `stop_extra_info()`. Each call reads two counters (`/proc/stat` through psutil and this
-    process's times, ~0.1 ms), so it brackets a benchmark's rounds without touching any round.
+    process's CPU clock, ~0.1 ms), so it brackets a benchmark's rounds without touching any
+    round. A window too short for the counters (`CpuUse.resolved`) records `others_cores` and
+    `other_cpu_pct` as None with `other_cpu_note` saying why; `others_cpu_s`, `others_window_s`
+    and `others_cpus` are always kept, so a reader can add short windows up into one that
+    resolves (`reports.analysis.flags.run_busy_pct`).
     """
 
     def __init__(self, meter: CpuUseMeter | None = None) -> None:
@@ -209,12 +262,24 @@ class OthersCpuMeter:
         """Begin the interval."""
         self._meter.start()
 
-    def stop_extra_info(self) -> dict[str, float]:
+    def stop_extra_info(self) -> dict[str, float | int | str | None]:
         """End the interval: `others_cores` (DESIGN §3: CPUs the others kept busy, one-core
         equivalents) and `other_cpu_pct` (the same as a share of the machine, 0-100, which the
-        reports' busy rule reads)."""
+        reports' busy rule reads), None when the window does not resolve them."""
         use = self._meter.stop()
-        return {
-            "others_cores": max(use.others_cores, 0.0),
-            "other_cpu_pct": min(max(100.0 * use.others_fraction, 0.0), 100.0),
+        info: dict[str, float | int | str | None] = {
+            "others_cpu_s": use.others_cpu_s,
+            "others_window_s": use.wall_s,
+            "others_cpus": use.cpus,
         }
+        if use.resolved:
+            info["others_cores"] = use.others_cores
+            info["other_cpu_pct"] = 100.0 * use.others_fraction
+        else:
+            info["others_cores"] = info["other_cpu_pct"] = None
+            info["other_cpu_note"] = (
+                f"unknown: the rounds took {use.wall_s * 1e3:.1f} ms, and the CPU counters "
+                f"resolve others' use to {use.resolution_cores:.2f} of {use.cpus} cores over "
+                f"so short a window (a window of {RESOLVE_TICKS} ticks or more resolves it)"
+            )
+        return info

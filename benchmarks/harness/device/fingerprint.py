@@ -75,9 +75,11 @@ def machine_fingerprint(device: torch.device | None = None) -> dict[str, str]:
         "python": platform.python_version(),
         "torch_num_threads": str(torch.get_num_threads()),
         **cpu_kernel_level(),
-        # How OpenMP workers wait between parallel regions (root conftest.py sets PASSIVE unless
-        # the user chose): it decides whether rounds collapse when a neighbour takes a core.
+        # How OpenMP workers wait between parallel regions, as the user's process has it (the
+        # suite sets neither): +7 % to 2x on a quiet 2-core VM, and how far rounds collapse when
+        # a neighbour takes a core (docs/suite.md, "Threads on a shared CPU").
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", UNSET),
+        "gomp_spincount": os.environ.get("GOMP_SPINCOUNT", UNSET),
         **mps_fallback_state(),
     }
     return {key: str(value) for key, value in fingerprint.items()}
@@ -165,11 +167,12 @@ STACK_FIELDS = (
     "aten_cpu_capability",
     "onednn_max_cpu_isa",
     "omp_wait_policy",
+    "gomp_spincount",
     "pytorch_enable_mps_fallback",
 )
 """The software stack: a run whose stack differs is judged against the same hardware's runs."""
 # Left out of the stack while unset, so history recorded before it was a field reads the same.
-_STACK_WHEN_SET = ("pytorch_enable_mps_fallback",)
+_STACK_WHEN_SET = ("pytorch_enable_mps_fallback", "gomp_spincount")
 
 
 def hardware_id(fp: Mapping[str, str]) -> str:

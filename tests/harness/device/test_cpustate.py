@@ -8,6 +8,7 @@ from benchmarks.harness.device import cpustate
 from benchmarks.harness.device.cpustate import (
     CacheLevel,
     CpuUseMeter,
+    OthersCpuMeter,
     last_level_cache,
     parse_cpu_list,
     parse_size,
@@ -98,31 +99,53 @@ def test_sizes_parse(text, size):
     assert parse_size(text) == size
 
 
-def test_the_meter_subtracts_this_process_from_the_busy_time():
-    # System busy 3.0 CPU-s over 1.5 s of wall on 2 CPUs, of which this process used 2.4.
-    busy = iter([100.0, 103.0])
-    own = iter([10.0, 12.4])
-    clock = iter([0.0, 1.5])
-    meter = CpuUseMeter(
-        cpus=[0, 1],
-        busy_s=lambda cpus: next(busy),
-        own_s=lambda: next(own),
-        clock=lambda: next(clock),
+def meter_of(idle, own, clock, cpus=(0, 1), tick_s=0.01):
+    """A CpuUseMeter on scripted readings: idle CPU-s, own CPU-s and the clock at start, stop."""
+    i, o, c = iter(idle), iter(own), iter(clock)
+    return CpuUseMeter(
+        cpus=list(cpus),
+        idle_s=lambda _cpus: next(i),
+        own_s=lambda: next(o),
+        clock=lambda: next(c),
+        tick_s=tick_s,
     )
+
+
+def test_the_meter_subtracts_idle_time_and_this_process_from_the_capacity():
+    # 1.5 s of wall on 2 CPUs = 3.0 CPU-s; idle 0.0 of it, so 3.0 busy, 2.4 of them ours.
+    meter = meter_of(idle=[500.0, 500.0], own=[10.0, 12.4], clock=[0.0, 1.5])
     meter.start()
     use = meter.stop()
     assert use.others_cores == pytest.approx(0.4)
     assert use.others_fraction == pytest.approx(0.2)
+    assert use.others_cpu_s == pytest.approx(0.6)
     assert use.cpus == 2
+    assert use.resolved
 
 
 def test_own_time_above_the_system_busy_time_is_not_negative_load():
-    busy, own, clock = iter([0.0, 1.0]), iter([0.0, 1.2]), iter([0.0, 1.0])
-    meter = CpuUseMeter(
-        cpus=[0], busy_s=lambda cpus: next(busy), own_s=lambda: next(own), clock=lambda: next(clock)
-    )
+    meter = meter_of(idle=[0.0, 0.0], own=[0.0, 1.2], clock=[0.0, 1.0], cpus=[0])
     meter.start()
     assert meter.stop().others_cores == 0.0
+
+
+def test_never_more_cores_than_the_machine_has():
+    # Counters that overshoot (idle read backwards across a truncation): at most every CPU.
+    meter = meter_of(idle=[10.0, 9.0], own=[0.0, 0.0], clock=[0.0, 0.001])
+    meter.start()
+    assert meter.stop().others_cores == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize(
+    ("wall_s", "resolved"), [(0.005, False), (0.1, False), (0.199, False), (0.2, True), (5, True)]
+)
+def test_a_window_resolves_from_twenty_ticks(wall_s, resolved):
+    # 2 CPUs, 10-ms ticks: the error bound is 2 x 0.01 / wall cores; 0.2 s -> 0.1 core (5 %).
+    meter = meter_of(idle=[0.0, 0.0], own=[0.0, 2 * wall_s], clock=[0.0, wall_s])
+    meter.start()
+    use = meter.stop()
+    assert use.resolution_cores == pytest.approx(0.02 / wall_s)
+    assert use.resolved is resolved
 
 
 def test_stop_before_start_is_a_bug():
@@ -139,21 +162,14 @@ def test_the_real_meter_runs_on_this_machine():
 
 
 def test_others_cpu_is_a_percentage_of_the_whole_machine_clamped_to_0_100():
-    from benchmarks.harness.device.cpustate import CpuUseMeter, OthersCpuMeter  # noqa: PLC0415
+    def meter(idle: list[float], own: list[float]) -> OthersCpuMeter:
+        return OthersCpuMeter(meter_of(idle=idle, own=own, clock=[0.0, 1.0]))
 
-    def meter(busy: list[float], own: list[float]) -> OthersCpuMeter:
-        b, o, c = iter(busy), iter(own), iter([0.0, 1.0])
-        return OthersCpuMeter(
-            CpuUseMeter(
-                cpus=[0, 1], busy_s=lambda _: next(b), own_s=lambda: next(o), clock=lambda: next(c)
-            )
-        )
-
-    quiet, half, over = meter([0, 1], [0, 1]), meter([0, 2], [0, 1]), meter([0, 9], [0, 0])
+    # 1 s on 2 CPUs: one CPU idle, the other ours -> 0 %; neither idle, one ours -> 50 %;
+    # counters that overshoot (steal, truncation) never read above the machine.
+    quiet, half, over = meter([0, 1], [0, 1]), meter([0, 0], [0, 1]), meter([5, 4], [0, 0])
     for m in (quiet, half, over):
         m.start()
-    # 1 s on 2 CPUs: only our own CPU-second -> 0 %; one other CPU-second -> 50 %; counters that
-    # overshoot (steal, rounding) never read above the machine.
     assert tuple(m.stop_extra_info()["other_cpu_pct"] for m in (quiet, half, over)) == (
         0.0,
         50.0,
@@ -162,13 +178,27 @@ def test_others_cpu_is_a_percentage_of_the_whole_machine_clamped_to_0_100():
 
 
 def test_a_benchmark_records_the_others_in_cores_and_as_a_share_of_the_machine():
-    from benchmarks.harness.device.cpustate import CpuUseMeter, OthersCpuMeter  # noqa: PLC0415
-
-    b, o, c = iter([0.0, 3.0]), iter([0.0, 1.5]), iter([0.0, 1.0])
     meter = OthersCpuMeter(
-        CpuUseMeter(cpus=[0, 1, 2, 3], busy_s=lambda _: next(b), own_s=lambda: next(o),
-                    clock=lambda: next(c))
-    )  # fmt: skip
+        meter_of(idle=[0.0, 1.0], own=[0.0, 1.5], clock=[0.0, 1.0], cpus=[0, 1, 2, 3])
+    )
     meter.start()
-    # 3 busy CPU-seconds in 1 s, 1.5 of them ours: the others kept 1.5 of 4 CPUs busy.
-    assert meter.stop_extra_info() == {"others_cores": 1.5, "other_cpu_pct": 37.5}
+    # 4 CPU-s of capacity in 1 s, 1 idle, 1.5 ours: the others kept 1.5 of 4 CPUs busy.
+    assert meter.stop_extra_info() == {
+        "others_cpu_s": 1.5,
+        "others_window_s": 1.0,
+        "others_cpus": 4,
+        "others_cores": 1.5,
+        "other_cpu_pct": 37.5,
+    }
+
+
+def test_a_window_too_short_to_tell_is_unknown_not_busy():
+    # The smoke run's case: a 4-ms window on 2 CPUs where one 10-ms tick fell to the others.
+    meter = OthersCpuMeter(meter_of(idle=[0.0, -0.002], own=[0.0, 0.0], clock=[0.0, 0.004]))
+    meter.start()
+    info = meter.stop_extra_info()
+    assert info["others_cores"] is None
+    assert info["other_cpu_pct"] is None
+    assert "unknown" in str(info["other_cpu_note"])
+    assert info["others_window_s"] == pytest.approx(0.004)
+    assert info["others_cpu_s"] == pytest.approx(0.008)  # kept: reports add windows up

@@ -145,3 +145,14 @@ def test_the_openmp_wait_policy_is_part_of_the_stack(monkeypatch):
     monkeypatch.delenv("OMP_WAIT_POLICY")
     assert passive["omp_wait_policy"] == "PASSIVE"
     assert fingerprint.stack(machine_fingerprint())["omp_wait_policy"] == "unset"
+
+
+def test_a_spin_count_the_user_set_is_part_of_the_stack_and_unset_adds_nothing(monkeypatch):
+    monkeypatch.setenv("GOMP_SPINCOUNT", "10000")
+    spin = fingerprint.stack(machine_fingerprint())
+    monkeypatch.delenv("GOMP_SPINCOUNT")
+    plain = fingerprint.stack(machine_fingerprint())
+    assert spin["gomp_spincount"] == "10000"
+    # Left out while unset: history recorded before the field had none, and reads the same.
+    assert "gomp_spincount" not in plain
+    assert {k: v for k, v in spin.items() if k != "gomp_spincount"} == plain

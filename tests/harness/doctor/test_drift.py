@@ -45,20 +45,44 @@ def test_seven_percent_wander_is_ok_and_the_figures_are_the_ratios():
     assert found.data["high_ratio"] == 1.04
 
 
-def test_too_few_bins_is_a_warning_that_says_the_drift_is_unknown():
-    found = drift.drift_finding([0.004], 0.004, MB64)
-    assert found.level == "warn"
+@pytest.mark.parametrize("bins", [[], [0.004], [0.004, 0.009]])
+def test_too_few_bins_say_the_drift_is_unknown_without_a_warning(bins):
+    found = drift.drift_finding(bins, 0.004, MB64)
+    assert found.level == "skip"
     assert "unknown" in found.message
 
 
-def test_sample_bins_groups_copies_by_the_second_they_started_in():
+def fake_copy(durations):
+    """A copy that advances a fake clock by each of `durations` in turn."""
     clock = [0.0]
-    durations = iter([0.3, 0.3, 0.3, 0.6, 0.6, 0.6, 0.6, 0.6])
+    it = iter(durations)
 
     def copy() -> None:
-        clock[0] += next(durations)
+        clock[0] += next(it)
 
-    bins, overall = drift.sample_bins(copy, seconds=3.0, bin_s=1.0, clock=lambda: clock[0])
-    # Copies start at 0, .3, .6 (bin 0), .9 (bin 0), 1.5 (bin 1), 2.1, 2.7 (bin 2).
-    assert bins == [pytest.approx(0.3), pytest.approx(0.6), pytest.approx(0.6)]
-    assert overall == pytest.approx(0.6)
+    return copy, lambda: clock[0]
+
+
+def test_sample_bins_groups_copies_by_the_bin_they_started_in_and_warms_first():
+    # Two warm copies (one of them the first touch of fresh pages, 5 s), then the sizing copy,
+    # then sixteen 1/16-s copies and 1/8-s ones after (binary fractions: exact sums): 1-s bins.
+    copy, clock = fake_copy([5.0, 0.0625, 0.0625] + [0.0625] * 16 + [0.125] * 17)
+    bins, overall = drift.sample_bins(copy, seconds=3.0, bin_s=1.0, clock=clock)
+    # bin 0: sixteen 1/16-s copies; bins 1 and 2: eight 1/8-s copies each; the 5-s first touch
+    # is not among them.
+    assert bins == [0.0625, 0.125, 0.125]
+    assert overall == pytest.approx((0.0625 + 0.125) / 2)
+
+
+def test_a_bin_with_fewer_than_five_copies_is_not_judged():
+    # 0.3-s copies: bins widen to 1.5 s (five copies each); the last, cut off, holds fewer.
+    copy, clock = fake_copy([0.3] * 40)
+    bins, _ = drift.sample_bins(copy, seconds=4.0, bin_s=1.0, clock=clock)
+    assert bins == [pytest.approx(0.3)] * 2  # 0-1.5 s, 1.5-3 s; 3-4 s has four copies
+
+
+def test_a_slow_first_touch_no_longer_reads_as_drift():
+    # The issue's quiet Xeon: a 1-GB copy of 0.1 s whose first touch took 2.8 s.
+    copy, clock = fake_copy([2.8] + [0.1] * 80)
+    bins, overall = drift.sample_bins(copy, seconds=6.0, bin_s=1.0, clock=clock)
+    assert drift.drift_finding(bins, overall, 1 << 30).level == "ok"
