@@ -244,6 +244,26 @@ def other_cpu_text(run: Run) -> str:
     return "; ".join(parts)
 
 
+def process_state_rows(run: Run) -> dict[str, str]:
+    """The process state the run's rounds ran in, as the user's process had it (issue 33), and
+    other processes' CPU, for the report's methodology table."""
+
+    def distinct(key: str, names: Mapping[str, str]) -> str:
+        values = sorted({str(b.extra[key]) for b in run.benchmarks.values() if key in b.extra})
+        return ", ".join(names.get(v, v) for v in values) if values else "n/a (not recorded)"
+
+    unset = {"unset": "not set (the OpenMP library's default)"}
+    return {
+        "torch threads": distinct("torch_num_threads", {}),
+        "OpenMP wait policy": distinct("omp_wait_policy", unset),
+        "GOMP_SPINCOUNT": distinct("gomp_spincount", unset),
+        "flush-to-zero / denormals-are-zero": distinct(
+            "flush_denormal", {"False": "off", "True": "on (the timed code turned it on)"}
+        ),
+        "other processes' CPU": other_cpu_text(run),
+    }
+
+
 def comparison_drift(comparison: Comparison, threshold: float) -> list[DriftRow]:
     """`drift` of every benchmark's primary timing over the baseline runs and the current run.
 

@@ -28,7 +28,7 @@ from reports.analysis.flags import (
     implausible,
     implausible_text,
     mark_busy,
-    other_cpu_text,
+    process_state_rows,
     run_busy_pct,
     suite_drift,
 )
@@ -200,11 +200,7 @@ def _methodology(run: Run, comparison: Comparison) -> dict[str, str]:
         "timed rounds (recorded)": ", ".join(str(r) for r in rounds),
         "timer": distinct("timer"),
         "device sync": distinct("sync"),
-        # The process state the rounds ran in, as the user's process had it (issue 33).
-        "torch threads": distinct("torch_num_threads"),
-        "OpenMP wait policy": distinct("omp_wait_policy"),
-        "flush-to-zero": distinct("flush_denormal"),
-        "other processes' CPU": other_cpu_text(run),
+        **process_state_rows(run),
         "current run files": ", ".join(run.paths),
         "baseline": comparison.baseline_rule,
         "torch": run.env.get("torch", "n/a"),

@@ -17,6 +17,7 @@ from reports.analysis.flags import (
     BUSY_CPU_PCT,
     integrated_other_cpu_pct,
     other_cpu_text,
+    process_state_rows,
     run_busy_pct,
     unresolved_other_cpu,
 )
@@ -148,3 +149,16 @@ def test_files_before_the_raw_fields_are_judged_as_before():
     assert run_busy_pct(run_of([{"other_cpu_pct": 40.0}, {"other_cpu_pct": 1.0}])) == 40.0
     assert run_busy_pct(run_of([{"other_cpu_pct": 10.0}])) is None
     assert other_cpu_text(run_of([{}])) == "n/a (not recorded)"
+
+
+def test_the_methodology_names_the_process_state_in_words():
+    state = {"torch_num_threads": 2, "omp_wait_policy": "unset", "flush_denormal": False}
+    rows = process_state_rows(run_of([{**state, "other_cpu_pct": 1.0}]))
+    assert rows["OpenMP wait policy"] == "not set (the OpenMP library's default)"
+    assert rows["flush-to-zero / denormals-are-zero"] == "off"
+    assert rows["GOMP_SPINCOUNT"] == "n/a (not recorded)"
+    assert rows["other processes' CPU"] == "at most 1 % of the machine in one benchmark"
+    mixed = run_of([{"omp_wait_policy": "PASSIVE"}, {"omp_wait_policy": "unset"}])
+    assert process_state_rows(mixed)["OpenMP wait policy"] == (
+        "PASSIVE, not set (the OpenMP library's default)"
+    )
