@@ -5,14 +5,15 @@ Pure functions on plain numbers (no I/O, no globals); the docstrings are the spe
 
 Per metric (all on the log scale, so effects are ratios and noise is a CV):
 
-- The noise model is `reports.analysis.noise_model`: each run is summarized by the median of its log
-  rounds; the suite-wide run effect of every baseline run is removed, outlier runs are dropped,
-  and the per-benchmark run-to-run variance is shrunk toward a prior (df = prior weight +
-  kept runs - 1).
+- The noise model is `reports.analysis.noise_model`: each run is summarized by its location
+  (`levels.run_location`: the floor((n - 1) / 3)-th smallest round, which a preempted round
+  cannot move), on the log scale; the suite-wide run effect of every baseline run is removed,
+  outlier runs are dropped, and the per-benchmark run-to-run variance is shrunk toward a prior
+  (df = prior weight + kept runs - 1).
 - `d` = log(current level) - log(baseline level), oriented so that positive = worse (every
   metric judged here is lower-is-better: seconds and bytes; `MetricSeries.higher_is_better`
   flips it). Its standard error is `se = sqrt(var(current) + var(baseline level))`, where the
-  current level (the median of all rounds of the current run and of any re-runs pooled with it)
+  current level (the mean log location of the current run and of any re-runs pooled with it)
   carries the between-run, run-effect and within-run variance divided by the runs pooled.
 - The rule is `reports.analysis.decision`: `fail` when the one-sided test of "worse-ratio <= 1 +
   threshold" rejects at the Holm-corrected level alpha over every noisy metric of the suite
