@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from benchmarks.harness.device import cpustate
@@ -202,3 +205,27 @@ def test_a_window_too_short_to_tell_is_unknown_not_busy():
     assert "unknown" in str(info["other_cpu_note"])
     assert info["others_window_s"] == pytest.approx(0.004)
     assert info["others_cpu_s"] == pytest.approx(0.008)  # kept: reports add windows up
+
+
+BURN = "import time\nwhile time.process_time() < 0.3:\n    pass\n"
+
+
+def test_our_own_time_counts_the_children_we_reaped():
+    # torch.compile's compilers are the suite's own work, not a neighbour's.
+    before = cpustate._own_seconds()
+    subprocess.run([sys.executable, "-c", BURN], check=True)
+    assert cpustate._own_seconds() - before >= 0.28
+
+
+def test_our_own_time_counts_live_descendants():
+    before = cpustate._own_seconds()
+    code = BURN + "import sys\nprint('done', flush=True)\nsys.stdin.read()\n"
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "done"  # burnt its 0.3 s, still alive
+        assert cpustate._own_seconds() - before >= 0.28
+    finally:
+        child.communicate("")
