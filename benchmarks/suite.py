@@ -334,6 +334,7 @@ class Rounds:
             # one) as `_timer`; a fake benchmark in a test has none.
             warm_s = self._warm_round(getattr(benchmark, "_timer", time.perf_counter))
             rounds = timed_rounds(rounds, warm_s, min_timed_s)
+            info["warm_round_s"] = warm_s  # what `min_timed_s` counted the rounds from
             others.start()
             device_state.start()  # GPU state and energy, read around the rounds only
             benchmark.pedantic(target, setup=self.setup, rounds=rounds, warmup_rounds=0)
