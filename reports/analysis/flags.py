@@ -244,21 +244,24 @@ def other_cpu_text(run: Run) -> str:
     return "; ".join(parts)
 
 
+def distinct_extra(run: Run, key: str, names: Mapping[str, str] | None = None) -> str:
+    """The distinct values of `extra_info[key]` over the run's benchmarks, comma-separated, each
+    replaced by its entry in `names` if it has one; "n/a (not recorded)" when none has the key."""
+    values = sorted({str(b.extra[key]) for b in run.benchmarks.values() if key in b.extra})
+    words = names or {}
+    return ", ".join(words.get(v, v) for v in values) if values else "n/a (not recorded)"
+
+
 def process_state_rows(run: Run) -> dict[str, str]:
     """The process state the run's rounds ran in, as the user's process had it (issue 33), and
     other processes' CPU, for the report's methodology table."""
-
-    def distinct(key: str, names: Mapping[str, str]) -> str:
-        values = sorted({str(b.extra[key]) for b in run.benchmarks.values() if key in b.extra})
-        return ", ".join(names.get(v, v) for v in values) if values else "n/a (not recorded)"
-
     unset = {"unset": "not set (the OpenMP library's default)"}
     return {
-        "torch threads": distinct("torch_num_threads", {}),
-        "OpenMP wait policy": distinct("omp_wait_policy", unset),
-        "GOMP_SPINCOUNT": distinct("gomp_spincount", unset),
-        "flush-to-zero / denormals-are-zero": distinct(
-            "flush_denormal", {"False": "off", "True": "on (the timed code turned it on)"}
+        "torch threads": distinct_extra(run, "torch_num_threads"),
+        "OpenMP wait policy": distinct_extra(run, "omp_wait_policy", unset),
+        "GOMP_SPINCOUNT": distinct_extra(run, "gomp_spincount", unset),
+        "flush-to-zero / denormals-are-zero": distinct_extra(
+            run, "flush_denormal", {"False": "off", "True": "on (the timed code turned it on)"}
         ),
         "other processes' CPU": other_cpu_text(run),
     }

@@ -25,6 +25,7 @@ from reports.analysis.flags import (
     DriftRow,
     busy_reason,
     comparison_drift,
+    distinct_extra,
     implausible,
     implausible_text,
     mark_busy,
@@ -190,16 +191,12 @@ def _env_diff(comparison: Comparison) -> list[EnvChange]:
 
 
 def _methodology(run: Run, comparison: Comparison) -> dict[str, str]:
-    def distinct(key: str) -> str:
-        values = sorted({str(b.extra[key]) for b in run.benchmarks.values() if key in b.extra})
-        return ", ".join(values) if values else "n/a (not recorded)"
-
     rounds = sorted({len(b.rounds_s) for b in run.benchmarks.values()})
     return {
-        "warmup rounds": distinct("warmup"),
+        "warmup rounds": distinct_extra(run, "warmup"),
         "timed rounds (recorded)": ", ".join(str(r) for r in rounds),
-        "timer": distinct("timer"),
-        "device sync": distinct("sync"),
+        "timer": distinct_extra(run, "timer"),
+        "device sync": distinct_extra(run, "sync"),
         **process_state_rows(run),
         "current run files": ", ".join(run.paths),
         "baseline": comparison.baseline_rule,

@@ -8,9 +8,9 @@ different moments disagree (issue 19; docs/suite.md, "Rounds and min_timed_s").
 
 `check_memory_drift` copies the peak measurement's buffer (`peakmeasure.MeasurePolicy`: at least
 256 MB and 4x the last-level cache, within free memory) on one thread, back to back for
-`QUICK_S` seconds,
-takes the median copy time of each `BIN_S` bin and reports the bins' spread: the slowest bin
-over the fastest (and each over the median of all copies). `drift_finding` is the pure verdict.
+`QUICK_S` seconds, takes the median copy time of each `BIN_S` bin and reports the bins' spread:
+the slowest bin over the fastest (and each over the median of all copies). `drift_finding` is
+the pure verdict.
 
 It speaks only on what it can tell (issue 33): the buffers are copied `WARM_COPIES` times
 untimed first (the first copy into a freshly allocated gigabyte faults every page in, and read
@@ -86,13 +86,15 @@ def sample_bins(
     """Run `copy` back to back for `seconds` after `WARM_COPIES` untimed ones; each bin's median
     copy time and the median of the copies in the bins kept.
 
-    A bin lasts `bin_s`, or `MIN_PER_BIN` warm copies if that is longer; bins with fewer than
-    `MIN_PER_BIN` copies are left out (too few to have a median that is not one copy's)."""
+    A bin lasts `bin_s`, or `MIN_PER_BIN` times the last warm copy if that is longer; bins with
+    fewer than `MIN_PER_BIN` copies are left out (too few to have a median that is not one
+    copy's)."""
+    warm_s = 0.0
     for _ in range(WARM_COPIES):
+        start = clock()
         copy()
-    start = clock()
-    copy()
-    bin_s = max(bin_s, MIN_PER_BIN * (clock() - start))
+        warm_s = clock() - start
+    bin_s = max(bin_s, MIN_PER_BIN * warm_s)
     bins: dict[int, list[float]] = {}
     start = clock()
     while (now := clock()) - start < seconds:

@@ -64,9 +64,9 @@ def fake_copy(durations):
 
 
 def test_sample_bins_groups_copies_by_the_bin_they_started_in_and_warms_first():
-    # Two warm copies (one of them the first touch of fresh pages, 5 s), then the sizing copy,
-    # then sixteen 1/16-s copies and 1/8-s ones after (binary fractions: exact sums): 1-s bins.
-    copy, clock = fake_copy([5.0, 0.0625, 0.0625] + [0.0625] * 16 + [0.125] * 17)
+    # Two warm copies (the first touch of fresh pages, 5 s; the second sizes the bins), then
+    # sixteen 1/16-s copies and 1/8-s ones after (binary fractions: exact sums): 1-s bins.
+    copy, clock = fake_copy([5.0, 0.0625] + [0.0625] * 16 + [0.125] * 17)
     bins, overall = drift.sample_bins(copy, seconds=3.0, bin_s=1.0, clock=clock)
     # bin 0: sixteen 1/16-s copies; bins 1 and 2: eight 1/8-s copies each; the 5-s first touch
     # is not among them.
