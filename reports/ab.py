@@ -52,10 +52,13 @@ from reports.analysis.paired import (
     MIN_PAIRS,
     PROCESS_CV,
     PROCESS_INTERLEAVE_CV,
+    ProcessTerm,
     judge_pairs,
+    judge_process_run,
     log_ratios,
+    process_notes,
+    process_run_term,
     ratio_quantile,
-    run_level_cv,
 )
 from reports.analysis.thresholds import parse_thresholds
 from reports.errors import ReportError
@@ -75,6 +78,7 @@ class ABConfig:
     per_metric: Mapping[str, float] = field(default_factory=dict)
     alpha: float = RuleConfig.alpha
     process_cv: float = PROCESS_CV
+    process_run: ProcessTerm | None = None  # `--interleave process`: its term and shift
 
     def threshold_for(self, metric: str) -> float:
         """The practical threshold of `metric`."""
@@ -189,12 +193,11 @@ def judge(
 
 
 def _decide_timings(entries: Sequence[ABEntry], config: ABConfig) -> list[ABEntry]:
-    judged = judge_pairs(
-        [e.log_ratios for e in entries],
-        [e.threshold for e in entries],
-        config.process_cv,
-        config.alpha,
-    )
+    diffs, thresholds = [e.log_ratios for e in entries], [e.threshold for e in entries]
+    if config.process_run is not None:
+        judged = judge_process_run(diffs, thresholds, config.process_run, config.alpha)
+    else:
+        judged = judge_pairs(diffs, thresholds, config.process_cv, config.alpha)
     out = []
     for e, (est, d, unstable) in zip(entries, judged, strict=True):
         note = (
@@ -220,11 +223,11 @@ def _decide_timings(entries: Sequence[ABEntry], config: ABConfig) -> list[ABEntr
     return out
 
 
-def status_of(entries: Sequence[ABEntry]) -> tuple[str, str]:
+def status_of(entries: Sequence[ABEntry], shift: str = "") -> tuple[str, str]:
     """(`pass` | `fail` | `inconclusive` | `error`, the reason in a few words).
 
-    `inconclusive` (never PASS): no fail or missing, and some timing was unstable or no
-    timing could be decided (all `inconclusive`).
+    `inconclusive` (never PASS): no fail or missing, and `shift` names a common shift of every
+    timing that reaches the threshold, some timing was unstable, or no timing could be decided.
     """
     compared = [e for e in entries if e.verdict not in ("new", "missing")]
     if not compared:
@@ -233,6 +236,8 @@ def status_of(entries: Sequence[ABEntry]) -> tuple[str, str]:
     missing = sum(e.verdict == "missing" for e in entries)
     if fails or missing:
         return "fail", f"{fails} regression(s) beyond the threshold, {missing} missing on the head"
+    if shift:
+        return "inconclusive", shift
     timings = [e for e in compared if e.kind == "timing"]
     unstable = [e for e in timings if e.unstable]
     if unstable:
@@ -265,7 +270,7 @@ def ab_json(
     entries: Sequence[ABEntry], config: ABConfig, context: Mapping[str, Any]
 ) -> dict[str, Any]:
     """The `ab.json` document (schema 1)."""
-    status, reason = status_of(entries)
+    status, reason = status_of(entries, str(context.get("process_shift", "")))
     return {
         "schema": SCHEMA,
         "status": status,
@@ -273,7 +278,7 @@ def ab_json(
         "threshold": config.threshold,
         "per_metric_threshold": dict(config.per_metric),
         "alpha": config.alpha,
-        "process_cv": config.process_cv,
+        "process_cv": config.process_run.cv if config.process_run else config.process_cv,
         "counts": counts(entries),
         "context": dict(context),
         "benchmarks": [{k: _finite(v) for k, v in asdict(e).items()} for e in entries],
@@ -365,17 +370,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if raised:
         context["process_term"] = raised
     context["machine"] = {"base": base_run.machine_label, "head": head_run.machine_label}
-    entries = judge(base, head, config)
     if context.get("interleave") == "process":
-        spread = run_level_cv([e.log_ratios for e in entries if e.kind == "timing"])
-        if spread > config.process_cv:
-            config = replace(config, process_cv=spread)
-            context["process_term"] = (
-                f"process interleave: run-level term {spread:.1%}, the spread of the two "
-                "processes' levels across this run's timings (at least "
-                f"{PROCESS_INTERLEAVE_CV:.0%}); on a quiet machine it is a few percent"
-            )
-            entries = judge(base, head, config)
+        first = [e for e in judge(base, head, config) if e.kind == "timing"]
+        timings = [e.log_ratios for e in first if e.pairs >= MIN_PAIRS]
+        term = process_run_term(timings, config.process_cv, config.alpha)
+        config = replace(config, process_run=term)
+        context.update(process_notes(term, config.threshold))
+    entries = judge(base, head, config)
     document = ab_json(entries, config, context)
     (out / "ab.json").write_text(json.dumps(document, indent=1), encoding="utf-8")
     (out / "index.html").write_text(render_html(document), encoding="utf-8")

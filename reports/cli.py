@@ -5,14 +5,15 @@
 - `gate --history DIR [--json FILE]` prints one line per failing or missing benchmark and
   metric and a status line, and exits 0 (pass, or no-baseline: nothing was compared), 1 (a
   failure), 2 (bad input, no current run, an unreadable file that may be the current run, or
-  no-baseline with `--require-baseline`), 3 (inconclusive: nothing could be decided, or the
-  machine was busy during the current run; never a pass). BUSY, IMPLAUSIBLE and DRIFT lines
-  name a disturbed run, a 3x change to check by hand and slow creep.
+  no-baseline with `--require-baseline`), 3 (inconclusive, never a pass: the machine was busy,
+  every timing moved together far enough to reach the threshold, undecided timings lean to a
+  slowdown, or nothing could be decided: `reports.render.headline`). BUSY, SHIFT, LEAN, POOLED,
+  IMPLAUSIBLE and DRIFT lines name what a human must look at.
 - `simulate --seed 1` prints the false-alarm and detection table (see `reports.analysis.simulate`).
 - `bench-scale --runs 1000 --benchmarks 100` times a render of a synthetic history.
 - `runmode FILE...` prints decode tok/s by attention x cache x compile (`reports.render.runmode`).
 
-Shared options: `--base-branch`, `--merge-base SHA`, `--rerun`, `--require-baseline`,
+Shared options: `--base-branch`, `--merge-base SHA`, `--rerun` / `--no-pool`, `--require-baseline`,
 `--threshold` (repeatable: `5%`, `0.05`, `decode_step_s=3%`), `--alpha`, `--current FILE`,
 `--baseline FILE...`, `--artifact-url`.
 
@@ -41,8 +42,9 @@ from reports.history.selection import (
     select_comparisons,
 )
 from reports.render import runmode as runmode_tables
+from reports.render.headline import attention_lines
 from reports.render.html import render_html, render_summary, verdict_json
-from reports.render.report import Report, attention_lines, build_report
+from reports.render.report import Report, build_report
 
 EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
 #: Nothing could be decided (every timing inconclusive) or the machine was busy: not a pass.
@@ -91,7 +93,7 @@ def build_from_args(args: argparse.Namespace) -> Report:
             base_branch=args.base_branch,
             merge_base=args.merge_base,
             merge_base_time=_commit_time(args.merge_base) if args.merge_base else None,
-            pool_reruns=args.rerun,
+            pool_reruns=args.pool,
         )
         selection = select_comparisons(history, options, current_override, baseline_override)
         if current_override is None:
@@ -243,15 +245,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         if done.returncode != 0:
             raise ReportError(f"the scenarios failed: {done.stderr.strip()[-300:]}")
         print(done.stdout, end="")
-    if args.robustness_suites > 0:
-        from reports.analysis import robustness  # noqa: PLC0415 - optional verb
+    if (n := args.robustness_suites) > 0:
+        from reports.analysis import headline_rows, robustness  # noqa: PLC0415 - optional verb
 
-        print(
-            "\nIssue-17 rows (heavy tails, few rounds, recent step, recurring state, drift, "
-            "process interleave):\n"
-        )
-        rows = robustness.rows(args.robustness_suites, args.seed)
-        print(robustness.format_rows(rows, args.robustness_suites))
+        for title, rows in headline_rows.TABLES:
+            print(f"\n{title}:\n\n{robustness.format_rows(rows(n, args.seed), n)}")
     print(f"\n({time.perf_counter() - start:.1f} s)")
     return EXIT_OK
 
@@ -295,11 +293,22 @@ def _add_common(p: argparse.ArgumentParser) -> None:
         default=None,
         help="baseline: base-branch runs up to and including this commit (a PR's merge-base)",
     )
-    p.add_argument(
+    pool = p.add_mutually_exclusive_group()
+    pool.add_argument(
         "--rerun",
-        action="store_true",
+        dest="pool",
+        action="store_const",
+        const=True,
         help="pool earlier runs of the same commit, dirty state, stack and cells with the "
-        "current run as re-runs (default: they are its baseline)",
+        "current run, dirty trees included (default: clean commits only, when other runs "
+        "remain to compare with)",
+    )
+    pool.add_argument(
+        "--no-pool",
+        dest="pool",
+        action="store_const",
+        const=False,
+        help="never pool: earlier runs of the same commit are the current run's baseline",
     )
     p.add_argument(
         "--require-baseline",

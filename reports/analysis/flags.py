@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from reports.analysis.changepoints import theil_sen_line
-from reports.analysis.levels import run_location
+from reports.analysis.levels import common_rounds, location_at
 from reports.analysis.metrics import primary_metric
 from reports.analysis.series import Verdict
 from reports.history.load import Run
@@ -270,8 +270,9 @@ def process_state_rows(run: Run) -> dict[str, str]:
 def comparison_drift(comparison: Comparison, threshold: float) -> list[DriftRow]:
     """`drift` of every benchmark's primary timing over the baseline runs and the current run.
 
-    Runs are summarised by `levels.run_location`; the window may span steps (a step is drift
-    too, and the change points name it). Sorted by the size of the change, largest first.
+    Runs are summarised as the verdicts summarise them (`levels.location_at` at the
+    benchmark's common round count); the window may span steps (a step is drift too, and the
+    change points name it). Sorted by the size of the change, largest first.
     """
     runs = [*comparison.baseline, comparison.current]
     rows = []
@@ -279,7 +280,10 @@ def comparison_drift(comparison: Comparison, threshold: float) -> list[DriftRow]
         present = [
             (r, b) for r in runs if (b := r.benchmarks.get(fullname)) is not None and b.rounds_s
         ]
-        logs = [math.log(run_location(b.rounds_s)) for _, b in present if min(b.rounds_s) > 0]
+        rounds = common_rounds([b.rounds_s for _, b in present])
+        logs = [
+            math.log(location_at(b.rounds_s, rounds)) for _, b in present if min(b.rounds_s) > 0
+        ]
         if len(logs) != len(present):
             continue
         found = drift(logs, threshold)

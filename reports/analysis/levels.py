@@ -15,12 +15,15 @@ current run, so neither side is judged by a rule the other escapes:
   deviations from the benchmark's median is set aside only when it is a *lone burst*: at most
   `max(1, 5 % of the runs)` runs lie that far out on its side. A state seen repeatedly (a
   benchmark 1.25x slow in 15 % of runs) is noise: kept, so the variance includes it and a
-  current run in that state is judged against it. The newest `RECENT_RUNS` runs are never set
-  aside: they may be main's new level (`recent_level_start` decides).
-- **A short new level** (`recent_level_start`): when the newest 1-4 runs all lie beyond the
-  limit on the same side of the older runs (5 robust SDs for one run, 3 for two or more), they
-  are main's current level, and the baseline level is theirs alone: the interval widens with
-  the few runs behind it rather than comparing with the level before the step.
+  current run in that state is judged against it. Two or more of the newest `RECENT_RUNS`
+  runs beyond the limit on one side are never set aside: they may be main's new level
+  (`recent_level_start` decides); one alone is a burst like any other.
+- **A short new level** (`recent_level_start`): when the newest 2-4 runs all lie more than 3
+  robust SDs beyond the older runs, on the same side, they are main's current level, and the
+  baseline level is theirs alone: the interval widens with the few runs behind it rather than
+  comparing with the level before the step. **One run alone never becomes the level**: the
+  newest run far off the older level may be a burst, and the run being judged must not decide
+  which (a PR slowed 20 % everywhere would otherwise match main's one burst run and pass).
 - **A state is not a step** (`level_start`): where main's level began, by segment medians, so
   that a recurring state clustered in the window does not cut the baseline.
 - **The machine's noise** (`suite_run_var`): the typical run-to-run variance of the suite's
@@ -41,12 +44,17 @@ from reports.analysis.changepoints import Step
 
 # 1 / Phi^-1(3/4): turns a median absolute deviation into a normal standard deviation.
 MAD_TO_SIGMA = 1.482602218505602
+#: Degrees of freedom per value of a MAD-based variance (its efficiency at the normal, 37 %).
+MAD_EFFICIENCY = 0.37
 #: A baseline run this many robust standard deviations from a benchmark's median is far out.
 OUTLIER_SDS = 5.0
 #: A level of two or more newest runs counts as new when all lie this many robust SDs out.
 RECENT_LEVEL_SDS = 3.0
-#: The newest runs that are never set aside as outliers (they may be main's new level).
+#: The newest runs that may form main's new level (two or more of them far out on one side are
+#: never set aside as outliers).
 RECENT_RUNS = 4
+#: Runs a new level needs: one run alone is a burst until another confirms it.
+MIN_LEVEL_RUNS = 2
 #: Share of runs (beyond one) that may be set aside as lone bursts on one side.
 BURST_SHARE = 0.05
 # A floor for the robust SD so that a series of identical values does not drop every other run.
@@ -61,6 +69,56 @@ def run_location(values: Sequence[float]) -> float:
     return ordered[(len(ordered) - 1) // 3]
 
 
+def location_at(values: Sequence[float], rounds: int) -> float:
+    """The run's location as if it had `rounds` rounds: the expected `run_location` of a random
+    `rounds`-subset of its rounds (exact, by counting subsets; `run_location` itself when
+    `rounds` is the run's own count).
+
+    A low order statistic's expectation depends on the round count (the minimum of 3 normal
+    rounds lies 0.85 SD below their median, the 27th of 80 only 0.43 SD), so runs with different
+    round counts are compared at the smaller count (`common_rounds`): the summary of each run
+    then has one expectation whatever the round count, for any round distribution (preempted
+    rounds included), and a run with more rounds only gets a steadier summary.
+    """
+    n = len(values)
+    if not 1 <= rounds <= n:
+        raise ValueError(f"location_at needs 1 <= rounds <= {n}, got {rounds}")
+    if rounds == n:
+        return run_location(values)
+    k = (rounds - 1) // 3  # the order statistic run_location takes from `rounds` rounds
+    total = math.comb(n, rounds)
+    # P(the j-th smallest of all n is the k-th smallest of the subset), j = k .. n - rounds + k
+    return sum(
+        v * (math.comb(j, k) * math.comb(n - 1 - j, rounds - 1 - k) / total)
+        for j, v in enumerate(sorted(values))
+        if k <= j <= n - rounds + k
+    )
+
+
+def common_rounds(runs: Sequence[Sequence[float]]) -> int:
+    """The round count every run is summarised at: the smallest among `runs` (0 when empty)."""
+    return min((len(r) for r in runs if r), default=0)
+
+
+def round_mismatch(
+    baseline: Sequence[Sequence[float]], current: Sequence[Sequence[float]], rounds: int
+) -> str:
+    """A note when the runs' round counts differ ("" when they agree)."""
+    if len({len(r) for r in (*baseline, *current) if r}) <= 1:
+        return ""
+
+    def span(runs: Sequence[Sequence[float]]) -> str:
+        if not runs:
+            return "-"
+        lo, hi = min(len(r) for r in runs), max(len(r) for r in runs)
+        return str(lo) if lo == hi else f"{lo}-{hi}"
+
+    return (
+        f"round counts differ (baseline {span(baseline)}, current {span(current)}): every run "
+        f"summarised at {rounds} rounds"
+    )
+
+
 def robust_sd(values: Sequence[float]) -> float:
     """MAD * 1.4826 (0.0 for fewer than two values)."""
     if len(values) < 2:
@@ -73,8 +131,9 @@ def keep_mask(values: Sequence[float]) -> list[bool]:
     """Which runs to keep (log locations, oldest first): all but lone bursts (module docstring).
 
     Below 5 values everything is kept. A value beyond `OUTLIER_SDS` robust SDs is dropped when
-    at most `max(1, floor(BURST_SHARE * n))` values lie beyond on its side and it is not one of
-    the newest `RECENT_RUNS`.
+    at most `max(1, floor(BURST_SHARE * n))` values lie beyond on its side, unless it is one
+    of at least `MIN_LEVEL_RUNS` such values among the newest `RECENT_RUNS` on that side (a
+    possible new level).
     """
     n = len(values)
     if n < 5:
@@ -86,31 +145,31 @@ def keep_mask(values: Sequence[float]) -> list[bool]:
     allowed = max(1, math.floor(BURST_SHARE * n))
     drop_high, drop_low = sum(high) <= allowed, sum(low) <= allowed
     recent = n - RECENT_RUNS
+    level_high = sum(high[recent:]) >= MIN_LEVEL_RUNS
+    level_low = sum(low[recent:]) >= MIN_LEVEL_RUNS
     return [
-        i >= recent or not ((h and drop_high) or (lo and drop_low))
+        not (
+            (h and drop_high and not (i >= recent and level_high))
+            or (lo and drop_low and not (i >= recent and level_low))
+        )
         for i, (h, lo) in enumerate(zip(high, low, strict=True))
     ]
 
 
-def recent_level_start(values: Sequence[float], current: float | None = None) -> int | None:
-    """Index of the first run of a short new level among the newest 1-4 runs, or None.
+def recent_level_start(values: Sequence[float]) -> int | None:
+    """Index of the first run of a short new level among the newest 2-4 runs, or None.
 
-    `values` are log locations, oldest first. For j = 4 down to 1: the newest j runs form a
-    new level when at least 5 older runs exist and every one of the j lies more than
-    `RECENT_LEVEL_SDS` (j >= 2) or `OUTLIER_SDS` (j = 1) robust SDs of the older runs from
-    their median, all on the same side. The longest such j wins. A single newest run cannot
-    be told from a lone burst by itself: it is a level only when the `current` run (log
-    location, judged by the same rule) lies nearer to it than to the older runs' median.
+    `values` are log locations, oldest first. For j = 4 down to `MIN_LEVEL_RUNS`: the newest j
+    runs form a new level when at least 5 older runs exist and every one of the j lies more
+    than `RECENT_LEVEL_SDS` robust SDs of the older runs from their median, all on the same
+    side. The longest such j wins. A single newest run is never a level (module docstring).
     """
     n = len(values)
-    for j in range(min(RECENT_RUNS, n - 5), 0, -1):
+    for j in range(min(RECENT_RUNS, n - 5), MIN_LEVEL_RUNS - 1, -1):
         older, newest = values[: n - j], values[n - j :]
         med = statistics.median(older)
-        sds = RECENT_LEVEL_SDS if j >= 2 else OUTLIER_SDS
-        limit = sds * max(robust_sd(older), _SD_FLOOR)
+        limit = RECENT_LEVEL_SDS * max(robust_sd(older), _SD_FLOOR)
         if all(v - med > limit for v in newest) or all(med - v > limit for v in newest):
-            if j == 1 and (current is None or abs(current - newest[0]) >= abs(current - med)):
-                continue  # a lone burst, or the current run is back at the older level
             return n - j
     return None
 
@@ -151,7 +210,7 @@ def cross_suite_run_var(differences: Sequence[float]) -> float | None:
 
 def cross_suite_weight_runs(benchmarks: int) -> float:
     """Degrees of freedom the cross-suite estimate is worth: MAD efficiency 37 % x benchmarks."""
-    return 0.37 * benchmarks
+    return MAD_EFFICIENCY * benchmarks
 
 
 #: Runs away from today's level that a window may hold and still be today's level with a

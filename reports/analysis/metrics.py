@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from reports.analysis.levels import run_location
+from reports.analysis.levels import common_rounds, location_at
 from reports.analysis.noise_model import RunEffects, estimate_run_effects
 from reports.analysis.series import MetricKind, MetricSeries
 from reports.history.load import BenchmarkResult, Run
@@ -95,22 +95,26 @@ def metric_values(bench: BenchmarkResult) -> dict[str, tuple[MetricKind, tuple[f
     return out
 
 
-def _log_location(bench: BenchmarkResult | None) -> float | None:
+def _log_location(bench: BenchmarkResult | None, rounds: int) -> float | None:
     if bench is None or not bench.rounds_s or min(bench.rounds_s) <= 0:
         return None
-    return math.log(run_location(bench.rounds_s))
+    return math.log(location_at(bench.rounds_s, min(rounds, len(bench.rounds_s))))
 
 
 def run_effects(baseline: Sequence[Run], current: Run | None = None) -> RunEffects:
     """The suite-wide effect of each baseline run, from every benchmark's primary timing.
 
-    Runs are summarised by `levels.run_location`, as the verdicts do; `current` (its row) only
-    decides whether a lone newest baseline run is main's new level or a burst.
+    Runs are summarised as the verdicts summarise them: `levels.location_at` at the
+    benchmark's common round count over the baseline runs and `current`.
     """
     names = sorted({n for r in baseline for n in r.benchmarks})
-    table = [[_log_location(r.benchmarks.get(n)) for n in names] for r in baseline]
-    row = [_log_location(current.benchmarks.get(n)) for n in names] if current else None
-    return estimate_run_effects(table, row)
+    runs = [*baseline, current] if current is not None else list(baseline)
+    rounds = {
+        n: common_rounds([b.rounds_s for r in runs if (b := r.benchmarks.get(n)) is not None])
+        for n in names
+    }
+    table = [[_log_location(r.benchmarks.get(n), rounds[n]) for n in names] for r in baseline]
+    return estimate_run_effects(table)
 
 
 def _baseline_names(comparison: Comparison, baseline: Sequence[Run]) -> list[str]:

@@ -46,6 +46,7 @@ from reports.analysis.levels import (
     MAD_TO_SIGMA,
     OUTLIER_SDS,
     keep_mask,
+    location_at,
     recent_level_start,
     robust_sd,
     run_location,
@@ -100,10 +101,7 @@ class RunEffects:
     var: float
 
 
-def estimate_run_effects(
-    log_medians: Sequence[Sequence[float | None]],
-    current: Sequence[float | None] | None = None,
-) -> RunEffects:
+def estimate_run_effects(log_medians: Sequence[Sequence[float | None]]) -> RunEffects:
     """Estimate each run's suite-wide effect from a runs x benchmarks table of log medians.
 
     Rows are runs, columns benchmarks (None = that run lacks it). For each benchmark with at
@@ -132,8 +130,7 @@ def estimate_run_effects(
     # run effect: centre each run on the median of its segment between suite-wide steps, so
     # that only what is peculiar to one run (or two in a row) is removed.
     cuts = [s.index for s in detect_steps(known, min_rel_step=0.01)]
-    current_effect = _effect(current, levels) if current is not None else None
-    tail = recent_level_start(known, current_effect)
+    tail = recent_level_start(known)
     if tail is not None and (not cuts or tail > cuts[-1]):
         cuts.append(tail)
     bounds = [0, *cuts, len(known)]
@@ -240,15 +237,17 @@ def estimate_noise(
     prior: Prior,
     offsets: Sequence[float] | None = None,
     run_effect_var: float = 0.0,
-    current_log: float | None = None,
+    rounds: int | None = None,
 ) -> NoiseEstimate:
     """Fit the model to one series' baseline runs (each a non-empty tuple of positive values).
 
-    Each run is summarised by its log `run_location`, less its suite-wide effect (`offsets`,
+    Each run is summarised by its log location at `rounds` rounds (`levels.location_at`; its
+    own count when None: pass the series' `levels.common_rounds` so that runs with different
+    round counts share one expectation), less its suite-wide effect (`offsets`,
     log, zeros when None). Lone bursts are set aside (`levels.keep_mask`). When the newest
-    1-4 kept runs form a new level (`levels.recent_level_start`, `current_log` deciding for a
-    single run), the level is their mean and the sample variance is pooled within the two
-    levels (df k - 2); else the level is the mean of all kept runs (df k - 1). Then
+    2-4 runs form a new level (`levels.recent_level_start`), the level is their mean and the
+    sample variance is pooled within the two levels (df k - 2); else the level is the mean of
+    all kept runs (df k - 1). Then
     tau^2 = (nu0 * prior + df_s * sample variance) / (nu0 + df_s), with prior =
     max(log1p(run_cv)^2 + f(n) sigma_w^2, suite_run_var) and nu0 = max(weight_runs,
     suite_weight_runs); sigma_w^2 is pooled over kept runs with >= 3 rounds; df = nu0 + df_s.
@@ -259,10 +258,13 @@ def estimate_noise(
     if len(offs) != len(baseline):
         raise ValueError(f"{len(offs)} offsets for {len(baseline)} baseline runs")
     logs = [[math.log(v) - o for v in run] for run, o in zip(baseline, offs, strict=True)]
-    locations = [math.log(run_location(run)) - o for run, o in zip(baseline, offs, strict=True)]
+    locations = [
+        math.log(location_at(run, rounds or len(run))) - o
+        for run, o in zip(baseline, offs, strict=True)
+    ]
     keep = keep_mask(locations)
     k = len(locations)
-    start = recent_level_start(locations, current_log) or 0
+    start = recent_level_start(locations) or 0
     # A lone burst is set aside from the level (the mean) but not from the spread: the current
     # run is judged by the same rule, so a state the baseline has seen, even once, is noise.
     centres = [
@@ -299,12 +301,18 @@ def estimate_noise(
 
 
 def kept_locations(
-    baseline: Sequence[Sequence[float]], offsets: Sequence[float] | None = None
+    baseline: Sequence[Sequence[float]],
+    offsets: Sequence[float] | None = None,
+    rounds: int | None = None,
 ) -> list[float]:
-    """Adjusted log run locations, lone bursts left out, each less its level's centre (a short
-    new level of the newest runs is its own level), for the suite's noise floor."""
+    """Adjusted log run locations (at `rounds` rounds, `levels.location_at`; each run's own
+    count when None), lone bursts left out, each less its level's centre (a short new level of
+    the newest runs is its own level), for the suite's noise floor."""
     offs = list(offsets) if offsets is not None else [0.0] * len(baseline)
-    locations = [math.log(run_location(run)) - o for run, o in zip(baseline, offs, strict=True)]
+    locations = [
+        math.log(location_at(run, rounds or len(run))) - o
+        for run, o in zip(baseline, offs, strict=True)
+    ]
     start = recent_level_start(locations) or 0
     out: list[float] = []
     for a, b in ((0, start), (start, len(locations))):

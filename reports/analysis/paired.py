@@ -49,7 +49,8 @@ from dataclasses import dataclass
 
 from reports.analysis.changepoints import detect_steps
 from reports.analysis.decision import Decision, Evidence, RuleConfig, decide
-from reports.analysis.levels import robust_sd
+from reports.analysis.levels import MAD_EFFICIENCY, robust_sd
+from reports.analysis.shift import SuiteShift, estimate_shift
 
 TRIM = 0.2
 PROCESS_CV = 0.01  # between-process spread pairing cannot cancel (module docstring)
@@ -71,22 +72,24 @@ class PairedEstimate:
         """head / base, from the trimmed mean log-ratio."""
         return math.exp(self.log_ratio)
 
-    def evidence(self, threshold: float, process_cv: float = PROCESS_CV) -> Evidence:
+    def evidence(
+        self, threshold: float, process_cv: float = PROCESS_CV, process_df: float = math.inf
+    ) -> Evidence:
         """The decision rule's input, the process term added (timings: worse = log_ratio).
 
-        se_total^2 = se^2 + log1p(process_cv)^2; df = se_total^4 / (se^4 / df) (Welch-
-        Satterthwaite with the process term's df infinite); process_cv = 0 gives the paired
-        estimate alone.
+        se_total^2 = se^2 + log1p(process_cv)^2; df by Welch-Satterthwaite,
+        se_total^4 / (se^4 / df + term^4 / process_df): a term estimated from the run itself
+        (`--interleave process`: the spread across ~49 timings, ~18 effective df) enters with
+        its degrees of freedom, a configured one with infinite df; process_cv = 0 gives the
+        paired estimate alone.
         """
-        if process_cv < 0:
-            raise ValueError(f"process_cv must be >= 0, got {process_cv}")
+        if process_cv < 0 or process_df <= 0:
+            raise ValueError(f"need process_cv >= 0 and process_df > 0: {process_cv} {process_df}")
         floor2 = math.log1p(process_cv) ** 2
         total2 = self.se**2 + floor2
-        if self.se == 0:
-            df = math.inf if floor2 > 0 else self.df
-        else:
-            df = min(math.inf, total2**2 / (self.se**4 / self.df))
-        return Evidence(self.log_ratio, math.sqrt(total2), df, threshold)
+        parts = (self.se**4 / self.df if self.se > 0 else 0.0) + floor2**2 / process_df
+        df = total2**2 / parts if parts > 0 else self.df
+        return Evidence(self.log_ratio, math.sqrt(total2), min(math.inf, df), threshold)
 
 
 def log_ratios(base_s: Sequence[float], head_s: Sequence[float]) -> list[float]:
@@ -269,13 +272,95 @@ def judge_pairs(
     thresholds: Sequence[float],
     process_cv: float,
     alpha: float,
+    process_df: float = math.inf,
 ) -> list[tuple[PairedEstimate, Decision, str]]:
     """Every timing of one A/B run judged together (Holm across them): per timing its estimate,
     its decision and why its pairs are unstable ("" when stable; the verdict is then
     `inconclusive`, whatever the decision). `reports.ab` and the simulation both call this."""
     estimates = [correlated_estimate(d) for d in timings]
     decisions = decide(
-        [est.evidence(t, process_cv) for est, t in zip(estimates, thresholds, strict=True)],
+        [
+            est.evidence(t, process_cv, process_df)
+            for est, t in zip(estimates, thresholds, strict=True)
+        ],
         RuleConfig(alpha=alpha),
     )
     return list(zip(estimates, decisions, [instability(d) for d in timings], strict=True))
+
+
+@dataclass(frozen=True)
+class ProcessTerm:
+    """`--interleave process`: the run-level term, its degrees of freedom, the common shift."""
+
+    cv: float
+    df: float
+    shift: SuiteShift | None
+
+    @property
+    def estimated(self) -> bool:
+        """True when the term is the run's own spread (else the configured floor)."""
+        return not math.isinf(self.df)
+
+
+def process_run_term(
+    timings: Sequence[Sequence[float]], floor_cv: float, alpha: float
+) -> ProcessTerm:
+    """The run-level term and the common shift of a process-interleaved run.
+
+    The term is the spread of the timings' levels (`run_level_cv`) with `MAD_EFFICIENCY` x
+    timings degrees of freedom, or `floor_cv` (infinite df) when larger. The shift is the
+    median level (`shift.estimate_shift`) against the whole-run difference two processes of
+    one stack show (`PROCESS_INTERLEAVE_CV`, known): a background job during one process's
+    window moves every timing of that side together (on the VM, x1.23-1.44), which no timing's
+    own pairs can tell from the code.
+    """
+    spread = run_level_cv(timings)
+    counted = sum(len(d) >= MIN_PAIRS for d in timings)
+    if spread > floor_cv:
+        cv, df = spread, max(1.0, MAD_EFFICIENCY * counted)
+    else:
+        cv, df = floor_cv, math.inf
+    levels = [correlated_estimate(d) for d in timings if len(d) >= MIN_PAIRS]
+    found = estimate_shift(
+        [e.log_ratio for e in levels],
+        [e.se**2 + math.log1p(cv) ** 2 for e in levels],
+        math.log1p(PROCESS_INTERLEAVE_CV) ** 2,
+        df=math.inf,
+        alpha=alpha,
+    )
+    return ProcessTerm(cv, df, found)
+
+
+def judge_process_run(
+    timings: Sequence[Sequence[float]],
+    thresholds: Sequence[float],
+    term: ProcessTerm,
+    alpha: float,
+) -> list[tuple[PairedEstimate, Decision, str]]:
+    """`judge_pairs` for `--interleave process` with the run's term (`process_run_term`) and,
+    when a common shift is named, every timing judged against it (its pairs less the shift), as
+    the history gate judges a run whose timings all moved together."""
+    if term.shift is not None and term.shift.named:
+        timings = [[d - term.shift.log_shift for d in t] for t in timings]
+    return judge_pairs(timings, thresholds, term.cv, alpha, term.df)
+
+
+def process_notes(term: ProcessTerm, threshold: float) -> dict[str, str]:
+    """What `--interleave process` adds to the A/B record (`context.json`): the run-level term
+    when estimated from the run, and a named common shift that reaches `threshold`."""
+    out = {}
+    if term.estimated:
+        out["process_term"] = (
+            f"process interleave: run-level term {term.cv:.1%} ({term.df:.0f} df), the spread "
+            "of the two processes' levels across this run's timings (at least "
+            f"{PROCESS_INTERLEAVE_CV:.0%}); on a quiet machine it is a few percent"
+        )
+    shift = term.shift
+    if shift is not None and shift.named and shift.reaches(threshold):
+        out["process_shift"] = (
+            f"every timing of the head moved {shift.ratio - 1:+.1%} together (interval "
+            f"{shift.ci_low - 1:+.1%} … {shift.ci_high - 1:+.1%}): one process's whole window "
+            "(another job, a frequency state), not the code; each timing judged against it; "
+            "re-run on a quiet machine or with rounds interleaved"
+        )
+    return out

@@ -20,10 +20,16 @@ from dataclasses import dataclass, replace
 
 from reports.analysis.changepoints import detect_steps_detrended
 from reports.analysis.flags import drift
+from reports.analysis.judge import judge_suite
 from reports.analysis.levels import run_location
 from reports.analysis.noise_model import estimate_run_effects
-from reports.analysis.paired import PROCESS_INTERLEAVE_CV, judge_pairs, run_level_cv
-from reports.analysis.series import AnalysisConfig, MetricSeries, judge_suite
+from reports.analysis.paired import (
+    PROCESS_INTERLEAVE_CV,
+    judge_pairs,
+    judge_process_run,
+    process_run_term,
+)
+from reports.analysis.series import AnalysisConfig, MetricSeries
 from reports.analysis.simulate import SimulationConfig, draw_run
 
 #: Per-pair noise of the process-interleave rows (the 2-core VM's tiny-model pairs).
@@ -40,32 +46,42 @@ class World:
     baseline_runs: int = 20
     rounds: int = 3
     tail_df: float = 3.0
+    current_rounds: int | None = None  # the current run's rounds (None: `rounds`)
 
-    def sim(self) -> SimulationConfig:
+    def sim(self, rounds: int | None = None) -> SimulationConfig:
         """The same world in `simulate`'s terms (its round and run generator)."""
         return SimulationConfig(
             benchmarks=self.benchmarks,
             baseline_runs=self.baseline_runs,
-            rounds=self.rounds,
+            rounds=rounds or self.rounds,
             round_tail_df=self.tail_df,
         )
 
 
-def make_suite(rng: random.Random, world: World, factor: Factor) -> list[MetricSeries]:
+def make_suite(
+    rng: random.Random,
+    world: World,
+    factor: Factor,
+    host: Callable[[int], float] | None = None,
+) -> list[MetricSeries]:
     """One suite: `factor(b, r)` scales benchmark b's level in run r (r = baseline_runs is the
-    current run); run effects estimated as the gate does."""
+    current run), `host(r)` every benchmark of run r (a whole-run shift: a burst, the host's
+    level); run effects estimated as the gate does."""
     sim = world.sim()
+    current = world.sim(world.current_rounds)
     sd = math.log1p(sim.suite_run_cv)
     n = world.baseline_runs
-    effects = [rng.gauss(0.0, sd) for _ in range(n + 1)]
+    effects = [rng.gauss(0.0, sd) + (math.log(host(r)) if host else 0.0) for r in range(n + 1)]
     levels = [math.exp(rng.uniform(math.log(1e-3), math.log(2.0))) for _ in range(sim.benchmarks)]
     runs = [
-        [draw_run(rng, lv * factor(b, r), sim, effects[r]) for r in range(n + 1)]
+        [
+            draw_run(rng, lv * factor(b, r), sim if r < n else current, effects[r])
+            for r in range(n + 1)
+        ]
         for b, lv in enumerate(levels)
     ]
     table = [[math.log(run_location(runs[b][r])) for b in range(len(levels))] for r in range(n)]
-    current = [math.log(run_location(runs[b][n])) for b in range(len(levels))]
-    fx = estimate_run_effects(table, current)
+    fx = estimate_run_effects(table)
     return [
         MetricSeries(
             "sim", f"b{b}", "time_s", "timing", tuple(rs[:n]), rs[n], (), fx.offsets, fx.var
@@ -195,7 +211,11 @@ def drift_row(suites: int, seed: int) -> Row:
 
 
 def process_run(
-    rng: random.Random, spread: float, shifts: Sequence[float], term: float | None = None
+    rng: random.Random,
+    spread: float,
+    shifts: Sequence[float],
+    term: float | None = None,
+    common: float = 0.0,
 ) -> list[str]:
     """One `--interleave process` A/B run judged as `reports.ab` judges it: verdicts per timing.
 
@@ -206,7 +226,8 @@ def process_run(
     5.5 and 6.7 SDs out), both unstable (the ratio shifted mid-run) and so inconclusive; the
     pairs here are stationary, so this row tests the term alone. The term is the run's own
     spread across its timings, at least `PROCESS_INTERLEAVE_CV` (`term` replaces it: the fixed
-    3 % of the issue, to show what it did).
+    3 % of the issue, to show what it did). `common` moves every timing of the head together
+    (a job during the head process's window).
     """
 
     def t3() -> float:  # unit-variance Student t(3), drawn as the rows' seeds were calibrated
@@ -214,10 +235,13 @@ def process_run(
 
     timings = []
     for shift in shifts:
-        level = math.log1p(shift) + rng.gauss(0.0, spread)
+        level = math.log1p(shift) + math.log1p(common) + rng.gauss(0.0, spread)
         timings.append([level + PAIR_CV * t3() for _ in range(100)])
-    cv = max(PROCESS_INTERLEAVE_CV, run_level_cv(timings)) if term is None else term
-    judged = judge_pairs(timings, [0.05] * len(timings), cv, alpha=0.01)
+    if term is None:
+        found = process_run_term(timings, PROCESS_INTERLEAVE_CV, 0.01)
+        judged = judge_process_run(timings, [0.05] * len(timings), found, 0.01)
+    else:
+        judged = judge_pairs(timings, [0.05] * len(timings), term, alpha=0.01)
     return ["inconclusive" if unstable else d.outcome for _, d, unstable in judged]
 
 
@@ -242,6 +266,16 @@ def process_interleave_rows(suites: int, seed: int) -> list[Row]:
                 f"caught, {false / suites:.1%} runs with a false fail",
             )
         )
+    rng = random.Random(f"{seed}-process-job")
+    job = sum("fail" in process_run(rng, 0.02, [0.0] * 49, common=0.3) for _ in range(suites))
+    out.append(
+        Row(
+            "A/B `--interleave process`, A/A, a job during the head's window: every head timing "
+            "x1.3",
+            "no fail (a run-level shift, named)",
+            f"{job / suites:.1%} runs with a fail",
+        )
+    )
     return out
 
 

@@ -40,10 +40,12 @@ from typing import Literal
 from reports.analysis import decision
 from reports.analysis.changepoints import Step, detect_steps
 from reports.analysis.levels import (
+    common_rounds,
     cross_suite_run_var,
     cross_suite_weight_runs,
     level_start,
-    run_location,
+    location_at,
+    round_mismatch,
     suite_run_var,
 )
 from reports.analysis.noise_model import Prior, estimate_noise, kept_locations
@@ -168,8 +170,9 @@ class Verdict:
         return self.verdict != "new"
 
 
-def _log_location(values: Sequence[float]) -> float:
-    return math.log(run_location(values))
+def _log_location(values: Sequence[float], rounds: int | None = None) -> float:
+    """log `levels.location_at` at `rounds` rounds (the run's own count when None)."""
+    return math.log(location_at(values, rounds or len(values)))
 
 
 def _adjusted(series: MetricSeries) -> list[tuple[float, ...]]:
@@ -181,20 +184,20 @@ def _adjusted(series: MetricSeries) -> list[tuple[float, ...]]:
 
 
 def baseline_start(
-    baseline: Sequence[Sequence[float]], config: AnalysisConfig
+    baseline: Sequence[Sequence[float]], config: AnalysisConfig, rounds: int | None = None
 ) -> tuple[int, Step | None]:
     """Index of the first baseline run to compare against, and the step that cut older ones off.
 
     Only the newest `max_baseline_runs` runs are considered. With `baseline_after_step`, steps
     are detected in the log run medians (pass them with run effects removed, so that a burst
     run is not a level); the runs after the last step are used when at least
-    `min_runs_after_step` of them remain.
+    `min_runs_after_step` of them remain. Runs are summarised at `rounds` rounds.
     """
     start = max(0, len(baseline) - config.max_baseline_runs)
     runs = baseline[start:]
     if not config.baseline_after_step or len(runs) < 2 * config.min_runs_after_step:
         return start, None
-    logs = [_log_location(r) for r in runs]
+    logs = [_log_location(r, rounds) for r in runs]
     steps = detect_steps(logs, min_rel_step=config.threshold / 2)
     cut = level_start(logs, steps)
     if cut is None or len(runs) - cut.index < config.min_runs_after_step:
@@ -222,21 +225,24 @@ def judge_noisy(
             current_value=statistics.median(series.current),
             note="no baseline run has this benchmark",
         )
-    first, cut = baseline_start(_adjusted(series), config)
-    offsets = (series.baseline_offsets or (0.0,) * len(series.baseline))[first:]
     current_runs = (*series.current_repeats, series.current) if series.current else ()
+    # Every run, both sides, at one round count: a low order statistic's expectation moves
+    # with the count (`levels.location_at`).
+    rounds = common_rounds([*series.baseline, *current_runs])
+    first, cut = baseline_start(_adjusted(series), config, rounds)
+    offsets = (series.baseline_offsets or (0.0,) * len(series.baseline))[first:]
     # The run is the unit: each current run summarised like a baseline run, then averaged.
     current_log = (
-        statistics.fmean(_log_location(run) for run in current_runs) if current_runs else None
+        statistics.fmean(_log_location(run, rounds) for run in current_runs)
+        if current_runs
+        else None
     )
     noise = estimate_noise(
-        series.baseline[first:],
-        prior or config.prior,
-        offsets,
-        series.run_effect_var,
-        current_log,
+        series.baseline[first:], prior or config.prior, offsets, series.run_effect_var, rounds
     )
     notes = []
+    if mismatch := round_mismatch(series.baseline[first:], current_runs, rounds):
+        notes.append(mismatch)
     if cut is not None:
         notes.append(f"baseline: {noise.runs} runs since a {cut.rel_change:+.1%} step")
     if noise.short_level:
@@ -258,8 +264,10 @@ def judge_noisy(
     )
     if series.current is None or current_log is None:
         return replace(base, verdict="missing")
-    n_cur = statistics.fmean(len(run) for run in current_runs)
-    se = math.sqrt(noise.current_var(n_cur, len(current_runs)) + noise.baseline_var)
+    # Summarised at `rounds` rounds, a longer current run is steadier than a run of `rounds`
+    # rounds, but not by the order statistic's formula at its own count (the summary weighs its
+    # lowest rounds most): its variance is taken as that of `rounds` rounds (conservative).
+    se = math.sqrt(noise.current_var(rounds, len(current_runs)) + noise.baseline_var)
     d = current_log - noise.baseline_log
     worse = -d if series.higher_is_better else d
     return replace(
@@ -350,34 +358,24 @@ def suite_prior(series: Sequence[MetricSeries], config: AnalysisConfig) -> dict[
         per_series = []
         for s in timings:
             if len(s.baseline) >= 2:
-                first, _ = baseline_start(_adjusted(s), config)  # the window the verdict uses
+                rounds = common_rounds([*s.baseline, *s.current_repeats, s.current or ()])
+                # the window the verdict uses
+                first, _ = baseline_start(_adjusted(s), config, rounds)
                 offsets = s.baseline_offsets[first:] if s.baseline_offsets else None
-                per_series.append(kept_locations(s.baseline[first:], offsets))
+                per_series.append(kept_locations(s.baseline[first:], offsets, rounds))
         floor = suite_run_var(per_series)
         weight = 0.0
         singles = [s for s in timings if len(s.baseline) == 1 and s.current]
         if floor is None and len(singles) > len(per_series):
             diffs = [
-                _log_location(s.current) - _log_location(s.baseline[0])
+                _log_location(s.current, r) - _log_location(s.baseline[0], r)
                 for s in singles
-                if s.current
+                if s.current and (r := min(len(s.current), len(s.baseline[0])))
             ]
             floor = cross_suite_run_var(diffs)
             weight = cross_suite_weight_runs(len(diffs)) if floor is not None else 0.0
         out[machine] = replace(config.prior, suite_run_var=floor, suite_weight_runs=weight)
     return out
-
-
-def judge_suite(series: Sequence[MetricSeries], config: AnalysisConfig) -> list[Verdict]:
-    """Verdicts for every series of a suite, Holm applied across all noisy metrics together."""
-    priors = suite_prior(series, config)
-    provisional = [
-        judge_exact(s, config)
-        if s.kind == "exact"
-        else judge_noisy(s, config, priors.get(s.machine_id))
-        for s in series
-    ]
-    return apply_holm(provisional, config)
 
 
 def summarize(verdicts: Sequence[Verdict]) -> dict[VerdictName, int]:

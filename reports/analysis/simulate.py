@@ -29,9 +29,10 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from reports.analysis.judge import judge_suite
 from reports.analysis.levels import run_location
 from reports.analysis.noise_model import estimate_run_effects
-from reports.analysis.series import AnalysisConfig, MetricSeries, judge_suite
+from reports.analysis.series import AnalysisConfig, MetricSeries
 
 
 @dataclass(frozen=True)
@@ -108,8 +109,7 @@ def simulate_suite(
         for b, lv in enumerate(levels)
     ]
     effects = estimate_run_effects(
-        [[math.log(run_location(b[r])) for b in baselines] for r in range(sim.baseline_runs)],
-        [math.log(run_location(c[-1])) for c in currents],
+        [[math.log(run_location(b[r])) for b in baselines] for r in range(sim.baseline_runs)]
     )
     series: list[MetricSeries] = []
     for b in range(len(levels)):

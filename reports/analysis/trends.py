@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from reports.analysis.changepoints import detect_steps_detrended
+from reports.analysis.levels import common_rounds, location_at
 from reports.analysis.metrics import SCALAR_TIMINGS, primary_metric
 from reports.analysis.series import Verdict, VerdictName
 from reports.history.load import Run
@@ -39,7 +40,8 @@ class Trend:
 
     `x` is the run's position in the comparison (0 = oldest baseline run), `y` its value in
     `unit` (a bucket's median of run values when aggregated), `label` its commit and time; the
-    last point is the current run. The primary timing's value is the run's median round (`s`);
+    last point is the current run. The primary timing's value is the run's location at the
+    benchmark's common round count (`levels.location_at`, `s`: what the verdict compares);
     energy trends (`J/tok`) plot the recorded `*_j_per_tok`, which are shown, not judged.
     """
 
@@ -116,7 +118,7 @@ def _metric_value(run: Run, fullname: str, metric: str) -> float | None:
     if bench is None:
         return None
     if metric == primary_metric(bench):
-        return bench.median_s
+        return location_at(bench.rounds_s, len(bench.rounds_s)) if bench.rounds_s else None
     value = bench.extra.get(metric)
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
@@ -131,9 +133,15 @@ def trends(
     steps: list[StepMark] = []
     for fullname, bench in comparison.current.benchmarks.items():
         metric = primary_metric(bench)
-        # the primary timing is the run's median round (the same statistic in every run)
+        # the primary timing is the run's location at the benchmark's common round count: the
+        # statistic the verdict, its step cut and drift use, with one expectation in every run
+        present = [b.rounds_s for r in runs if (b := r.benchmarks.get(fullname)) and b.rounds_s]
+        rounds = common_rounds(present)
         values: list[float | None] = [
-            b.median_s if (b := r.benchmarks.get(fullname)) is not None else None for r in runs
+            location_at(b.rounds_s, rounds)
+            if (b := r.benchmarks.get(fullname)) is not None and b.rounds_s
+            else None
+            for r in runs
         ]
         base_values = values[:-1]
         bench_steps = _steps_for(fullname, metric, comparison.baseline, base_values)

@@ -7,9 +7,13 @@
   blamed for what main already has), and, when the stack changed within them, only those of the
   newest stack if at least `MIN_RUNS_SAME_STACK` remain. Earlier runs of the current commit are
   baseline too: a second `nox -s bench-cpu` on one commit is compared with the first.
-- re-runs: only with `pool_reruns` (the `--rerun` flag), earlier runs with the same commit,
-  dirty state, stack and cells as the current run are pooled with it instead (CI shards of one
-  job need no flag: `reports.history.load` already unions them into one run).
+- re-runs: a commit's runs accumulate evidence. By default earlier runs with the same commit,
+  stack and cells as a clean current run are pooled with it (a red run re-run until green is
+  judged on all its runs, not the last draw), as long as other runs remain to compare with;
+  otherwise (a second `nox -s bench-cpu` on a fresh clone) the earlier runs are its baseline.
+  A dirty tree is never pooled by default (uncommitted code may differ between the runs).
+  `pool_reruns=True` (`--rerun`) pools dirty runs too; `False` (`--no-pool`) never pools. CI
+  shards of one job are not re-runs: `reports.history.load` already unions them into one run.
 - the stack change: every stack field whose value differs between the newest baseline run
   and the current run, named as "torch 2.13.0 → 2.14.1".
 
@@ -104,12 +108,14 @@ class SelectOptions:
 
     merge_base_time: the merge-base's commit time (ISO 8601) for when no run of it exists;
     base-branch runs of commits not newer than it are then the baseline.
+    pool_reruns: None = the default rule (module docstring), True = pool dirty runs too,
+    False = never pool.
     """
 
     base_branch: str = "main"
     merge_base: str | None = None
     merge_base_time: str | None = None
-    pool_reruns: bool = False
+    pool_reruns: bool | None = None
 
 
 def same_job(a: Run, b: Run) -> bool:
@@ -218,14 +224,23 @@ def _comparison(
     opts: SelectOptions,
     baseline_override: Sequence[Run] | None,
 ) -> Comparison:
-    repeats = tuple(r for r in earlier if opts.pool_reruns and same_job(r, current))
+    # the default pools only where the baseline is chosen here: runs given with --baseline
+    # (calibration's leave-one-out) must not be pooled into the current run as well
+    default_pool = baseline_override is None and not current.dirty
+    pool = opts.pool_reruns is True or (opts.pool_reruns is None and default_pool)
+    repeats = tuple(r for r in earlier if pool and same_job(r, current))
     if baseline_override is not None:
         baseline = tuple(baseline_override)
         rule = f"{len(baseline)} run(s) given with --baseline"
     else:
         baseline, rule = _baseline(current, earlier, opts, repeats)
+        if repeats and not baseline and opts.pool_reruns is None:
+            # nothing else to compare with: the commit's earlier runs are its baseline
+            repeats = ()
+            baseline, rule = _baseline(current, earlier, opts, repeats)
     if repeats:
-        rule += f"; {len(repeats)} earlier re-run(s) of this commit pooled (--rerun)"
+        how = "--rerun" if opts.pool_reruns else "the default for a clean commit; --no-pool"
+        rule += f"; {len(repeats)} earlier run(s) of this commit pooled with it ({how})"
     changes = stack_changes(baseline[-1].stack, current.stack) if baseline else []
     return Comparison(
         machine_id=current.machine_id,

@@ -333,6 +333,24 @@ def verdict_json(report: Report) -> dict[str, Any]:
                 ],
                 "removed_cells": list(m.removed),
                 "busy_cpu_pct": m.busy_cpu_pct,
+                # additive fields (schema 1 readers ignore them): the common shift, the lean
+                "shift": None
+                if m.shift is None
+                else {
+                    "ratio": m.shift.ratio,
+                    "ci_low": m.shift.ci_low,
+                    "ci_high": m.shift.ci_high,
+                    "named": m.shift.named,
+                    "timings": m.shift.timings,
+                },
+                "lean": None
+                if m.lean is None
+                else {
+                    "p_value": m.lean.p_value,
+                    "rejected": m.lean.rejected,
+                    "timings": m.lean.timings,
+                    "leaning": [[v.fullname, v.metric] for v in m.lean.leaning],
+                },
                 "suite_drift": m.suite_drift,
                 "drift": [
                     {

@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
 
 from reports.analysis.consistency import (
     ConsistencyRow,
@@ -27,21 +26,21 @@ from reports.analysis.flags import (
     comparison_drift,
     distinct_extra,
     implausible,
-    implausible_text,
     mark_busy,
     process_state_rows,
     run_busy_pct,
     suite_drift,
 )
+from reports.analysis.judge import Lean, judge
 from reports.analysis.metrics import comparison_series, removed_cells
 from reports.analysis.series import (
     VERDICT_ORDER,
     AnalysisConfig,
     Verdict,
     VerdictName,
-    judge_suite,
     summarize,
 )
+from reports.analysis.shift import SuiteShift
 from reports.analysis.trends import (
     DecodeCurve,
     StepMark,
@@ -53,6 +52,7 @@ from reports.analysis.trends import (
 )
 from reports.history.load import History, Run, SkippedFile
 from reports.history.selection import Comparison, Selection, StackChange, StackMark
+from reports.render.headline import EarlierRun, Status, status
 from reports.render.roofline import RooflineChart
 from reports.render.runmode import Table as RunModeTable
 from reports.render.runmode import comparison_tables
@@ -67,8 +67,6 @@ from reports.render.tables import (
     now_rows,
     roofline_rows,
 )
-
-Status = Literal["fail", "pass", "inconclusive", "no-baseline", "error"]
 
 
 @dataclass(frozen=True)
@@ -114,6 +112,9 @@ class MachineReport:
     drifts: tuple[DriftRow, ...] = ()  # benchmarks that crept beyond the threshold
     suite_drift: float | None = None  # the suite-wide creep, when most benchmarks drifted
     consistency: tuple[ConsistencyRow, ...] = ()  # one computation timed by two modules
+    shift: SuiteShift | None = None  # the timings' common shift (`analysis.shift`)
+    lean: Lean | None = None  # the lean test of the undecided timings (`analysis.judge`)
+    earlier: tuple[EarlierRun, ...] = ()  # this commit's earlier runs, pooled with the current
 
     @property
     def consistency_summary(self) -> ConsistencySummary:
@@ -212,6 +213,10 @@ def build_machine(
     max_points: int,
     max_runs: int | None = None,
     threshold: float = 0.05,
+    *,
+    shift: SuiteShift | None = None,
+    lean: Lean | None = None,
+    earlier: tuple[EarlierRun, ...] = (),
 ) -> MachineReport:
     """The `MachineReport` of one comparison given its (already Holm-corrected) verdicts."""
     trend_list, steps = trends(comparison, verdicts, max_points)
@@ -247,77 +252,26 @@ def build_machine(
         partial=current.partial,
         runmodes=tuple(comparison_tables(current.benchmarks.values())),
         consistency=tuple(consistency_rows(current)),
+        shift=shift,
+        lean=lean,
+        earlier=earlier,
     )
-
-
-def attention_lines(machine: MachineReport) -> list[str]:
-    """BUSY, IMPLAUSIBLE and DRIFT lines of one machine: what a human must look at."""
-    lines = []
-    if machine.busy_text:
-        lines.append(f"BUSY {machine.machine_id}: {machine.busy_text}: not judged as quiet")
-    for v in machine.implausible:
-        lines.append(
-            f"IMPLAUSIBLE {v.fullname} {v.metric}: {implausible_text(v)} [{machine.machine_id}]"
-        )
-    for row in machine.drifts:
-        lines.append(f"DRIFT {row.fullname} {row.metric}: {row.text} [{machine.machine_id}]")
-    if machine.suite_drift is not None:
-        lines.append(
-            f"DRIFT suite-wide {machine.machine_id}: median {machine.suite_drift:+.1%} "
-            "over the window"
-        )
-    return lines
 
 
 def _sort_key(v: Verdict) -> tuple[int, float]:
     return VERDICT_ORDER.index(v.verdict), -abs(math.log(v.ratio or 1.0))
 
 
-def _status(
-    machines: Sequence[MachineReport],
-    suspect_current: Sequence[str],
-    counts: Mapping[VerdictName, int],
-    verdicts: Sequence[Verdict],
-) -> tuple[Status, str]:
-    if not machines or suspect_current:
-        return "error", (
-            "no current run to judge"
-            if not machines
-            else f"{len(suspect_current)} unreadable file(s) may be the current run"
-        )
-    stack = "; ".join(f"stack changed: {m.stack_change_text}" for m in machines if m.stack_change)
-    suffix = f" ({stack})" if stack else ""
-    if counts["fail"] or counts["missing"]:
-        parts = []
-        if odd := _implausible(machines):
-            parts.append(f"{len(odd)} implausible change(s) to check")
-        if counts["fail"]:
-            parts.append(f"{counts['fail']} regression(s) beyond threshold and noise")
-        if counts["missing"]:
-            parts.append(f"{counts['missing']} baseline metric(s) missing from the current run")
-        return "fail", "; ".join(parts) + suffix
-    if not any(v.compared for v in verdicts):
-        return "no-baseline", "nothing was compared: no baseline run has these benchmarks"
-    busy = "; ".join(f"{m.machine_id}: {m.busy_text}" for m in machines if m.busy_text)
-    if busy:
-        return "inconclusive", (
-            f"the run was disturbed, {busy}: nothing judged as if quiet; re-run on a quiet "
-            "machine" + suffix
-        )
-    noisy = [v for v in verdicts if v.compared and v.kind != "exact"]
-    if noisy and all(v.verdict == "inconclusive" for v in noisy):
-        return "inconclusive", (
-            f"nothing could be decided: all {len(noisy)} timing(s) straddle the threshold; "
-            "decide with more runs (re-run, pool with --rerun) or an A/B run (nox -s ab)" + suffix
-        )
-    extra = [
-        f"{len(odd)} implausible change(s) to check" for odd in [_implausible(machines)] if odd
-    ]
-    return "pass", "; ".join(["no regression beyond threshold and noise", *extra]) + suffix
-
-
-def _implausible(machines: Sequence[MachineReport]) -> list[Verdict]:
-    return [v for m in machines for v in m.implausible]
+def earlier_runs(comparison: Comparison, config: AnalysisConfig) -> tuple[EarlierRun, ...]:
+    """Each pooled earlier run of the commit judged alone against the same baseline: what a
+    re-run until green would have hidden."""
+    out = []
+    for run in comparison.current_repeats:
+        alone = replace(comparison, current=run, current_repeats=())
+        judged = judge(comparison_series(alone, config.max_baseline_runs), config)
+        fails = sum(v.verdict == "fail" for v in judged.verdicts)
+        out.append(EarlierRun(run.datetime, judged.outcome(config.threshold), fails))
+    return tuple(out)
 
 
 def build_report(
@@ -333,14 +287,9 @@ def build_report(
 ) -> Report:
     """Judge every comparison (Holm across all of them together) and assemble the report.
 
-    Status: `error` when nothing could be judged or a skipped file may be the current run;
-    else `fail` when any verdict is `fail` or `missing` (a cell that did not run is not a
-    pass); else `no-baseline` when no verdict compared anything (all `new`): neutral, never
-    PASS; else `inconclusive` when a machine's current run was busy (`flags.BUSY_CPU_PCT`:
-    its fails and improvements are not decided) or when every noisy verdict compared is
-    `inconclusive` (nothing decided): never PASS; else `pass`. Every verdict of a machine
-    whose stack changed names the change; an implausible change (`flags.implausible`) is
-    named in the reason.
+    The status and its reason are `reports.render.headline.status`'s. Every verdict of a
+    machine whose stack changed names the change; a busy machine's fails and improvements are
+    not decided (`flags.mark_busy`).
     """
     all_series = [
         (c, s)
@@ -353,9 +302,10 @@ def build_report(
         for c in selection.comparisons
         if (pct := run_busy_pct(c.current)) is not None
     }
+    judged = judge([s for _, s in all_series], config)
     verdicts = [
         replace(v, stack_change=changes.get(v.machine_id, ""))
-        for v in mark_busy(judge_suite([s for _, s in all_series], config), busy)
+        for v in mark_busy(list(judged.verdicts), busy)
     ]
     per_machine: dict[str, list[Verdict]] = {}
     for v in verdicts:
@@ -367,12 +317,15 @@ def build_report(
             max_points,
             config.max_baseline_runs,
             config.threshold,
+            shift=judged.shifts.get(c.machine_id),
+            lean=judged.leans.get(c.machine_id),
+            earlier=earlier_runs(c, config),
         )
         for c in selection.comparisons
     )
     counts = summarize(verdicts)
     skipped = (*history.skipped, *extra_skipped)
-    status, reason = _status(machines, suspect_current, counts, verdicts)
+    state, reason = status(machines, suspect_current, counts, verdicts, config.threshold)
     return Report(
         machines=machines,
         stale=selection.stale,
@@ -381,7 +334,7 @@ def build_report(
         config=config,
         base_branch=base_branch,
         counts=counts,
-        status=status,
+        status=state,
         status_reason=reason,
         artifact_url=artifact_url,
     )

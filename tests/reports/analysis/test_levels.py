@@ -11,7 +11,8 @@ import random
 
 from reports.analysis.levels import keep_mask, recent_level_start, run_location
 from reports.analysis.robustness import World, fails, make_suite
-from reports.analysis.series import AnalysisConfig, MetricSeries, judge_suite
+from reports.analysis.judge import judge_suite
+from reports.analysis.series import AnalysisConfig, MetricSeries
 
 
 def test_run_location_ignores_preempted_rounds():
@@ -28,16 +29,19 @@ def test_a_recurring_state_is_kept_and_a_lone_burst_is_not():
     lone = [0.001 * (i % 3) for i in range(20)]
     lone[5] = 0.6
     assert keep_mask(lone).count(False) == 1
-    lone[-1] = 0.6  # the newest runs are never set aside
-    assert keep_mask(lone)[-1]
+    lone[5] = 0.0
+    lone[-1] = 0.6  # the newest run alone far out: a burst like any other
+    assert keep_mask(lone)[-1] is False
+    lone[-2] = 0.6  # two of the newest far out on one side: a possible new level, kept
+    assert keep_mask(lone)[-2:] == [True, True]
 
 
-def test_a_short_new_level_is_found_and_a_lone_newest_burst_needs_the_current_run():
+def test_a_short_new_level_needs_two_runs_and_one_run_alone_is_never_a_level():
     base = [0.001 * (i % 4) for i in range(18)]
     assert recent_level_start([*base, 0.14, 0.14]) == 18
-    assert recent_level_start([*base, 0.14]) is None  # burst or level: the current decides
-    assert recent_level_start([*base, 0.14], current=0.139) == 18
-    assert recent_level_start([*base, 0.14], current=0.001) is None
+    assert recent_level_start([*base, 0.14, 0.14, 0.15]) == 18
+    assert recent_level_start([*base, 0.14]) is None  # the run being judged cannot decide it
+    assert recent_level_start([*base, 0.14, 0.0]) is None
 
 
 def _suite(rng: random.Random, k: int, cv: float) -> list[MetricSeries]:

@@ -204,20 +204,40 @@ def test_extra_info_without_a_schema_key_is_kept_as_foreign(tmp_path):
     assert len(history.machines["ab12cd34"][0].benchmarks) == len(doc["benchmarks"])
 
 
-def test_reruns_of_the_current_commit_are_pooled_only_when_asked(tmp_path):
+def test_a_clean_commit_s_runs_accumulate_and_a_dirty_tree_is_pooled_only_when_asked(tmp_path):
     write_history(tmp_path, 4, cells=ONE_CELL)
     pr = current_spec(days_after=10)
     for k in range(3):
         again = RunSpec(**{**pr.__dict__, "when": pr.when + timedelta(minutes=10 * k)})
         write(tmp_path / "pr" / f"{k}.json", make_run(again, ONE_CELL, seed=k))
     history = load_history([tmp_path])
-    (plain,) = select_comparisons(history).comparisons
-    assert plain.current_repeats == ()
-    assert len(plain.baseline) == 4  # main's runs; the PR's earlier runs are not on main
-    (comp,) = select_comparisons(history, SelectOptions(pool_reruns=True)).comparisons
-    assert len(comp.baseline) == 4
+    (comp,) = select_comparisons(history).comparisons  # the default: pooled
+    assert len(comp.baseline) == 4  # main's runs; the PR's earlier runs are not on main
     assert len(comp.current_repeats) == 2
-    assert "2 earlier re-run(s) of this commit pooled" in comp.baseline_rule
+    assert "2 earlier run(s) of this commit pooled with it" in comp.baseline_rule
+    (plain,) = select_comparisons(history, SelectOptions(pool_reruns=False)).comparisons
+    assert plain.current_repeats == ()
+    for k in range(3):  # the same runs from a dirty tree: never pooled unless asked
+        path = tmp_path / "pr" / f"{k}.json"
+        doc = json.loads(path.read_text())
+        doc["commit_info"]["dirty"] = True
+        path.write_text(json.dumps(doc))
+    history = load_history([tmp_path])
+    (dirty,) = select_comparisons(history).comparisons
+    assert dirty.current_repeats == ()
+    (asked,) = select_comparisons(history, SelectOptions(pool_reruns=True)).comparisons
+    assert len(asked.current_repeats) == 2
+    assert "(--rerun)" in asked.baseline_rule
+
+
+def test_a_commit_with_nothing_else_to_compare_with_is_judged_against_its_earlier_runs(tmp_path):
+    first = current_spec(days_after=10, branch="main")
+    again = RunSpec(**{**first.__dict__, "when": first.when + timedelta(minutes=10)})
+    write(tmp_path / "a.json", make_run(first, ONE_CELL, seed=1))
+    write(tmp_path / "b.json", make_run(again, ONE_CELL, seed=2))
+    (comp,) = select_comparisons(load_history([tmp_path])).comparisons
+    assert comp.current_repeats == ()
+    assert len(comp.baseline) == 1
 
 
 def test_a_calibration_run_with_an_injected_slowdown_is_kept_out_of_history(tmp_path):

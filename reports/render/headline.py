@@ -1,0 +1,202 @@
+"""The headline: one status and the sentence that says why, and the lines a human must look at.
+
+The status claims only what the verdicts support (DESIGN §7's statuses):
+
+- `error`: nothing could be judged, or an unreadable file may be the current run.
+- `fail`: a verdict is `fail` or `missing` (a cell that did not run is not a pass).
+- `no-baseline`: nothing was compared.
+- `inconclusive` (exit 3 at the gate), never PASS, when: a machine's run was busy; its timings
+  moved together beyond the run-to-run spread of a whole run, far enough to reach the threshold
+  (`shift.SuiteShift.reaches`: the host or the whole stack, which no per-benchmark verdict can
+  attribute); its undecided timings lean to a slowdown (`judge.Lean.rejected`); or every noisy
+  verdict is undecided.
+- `pass` otherwise; a named shift below the threshold and implausible changes are said.
+
+Deliberately not here: the statistics (`reports.analysis`), assembling the report
+(`reports.render.report`), formatting beyond one sentence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from reports.analysis.flags import DriftRow, implausible_text
+from reports.analysis.judge import Lean, all_undecided
+from reports.analysis.series import Verdict, VerdictName
+from reports.analysis.shift import SuiteShift
+
+Status = Literal["fail", "pass", "inconclusive", "no-baseline", "error"]
+
+
+@dataclass(frozen=True)
+class EarlierRun:
+    """An earlier run of the current commit pooled with it, and what it said alone."""
+
+    datetime: str
+    outcome: str  # `SuiteJudgement.outcome`: fail, shift, lean, undecided, pass
+    fails: int
+
+    @property
+    def text(self) -> str:
+        """ "2026-12-01 12:00 FAIL (3 fails)" """
+        word = {"fail": "FAIL", "pass": "PASS"}.get(self.outcome, "INCONCLUSIVE")
+        return f"{self.datetime[:16].replace('T', ' ')} {word}" + (
+            f" ({self.fails} fails)" if self.fails else ""
+        )
+
+
+class MachineReport(Protocol):
+    """What the headline reads of `reports.render.report.MachineReport` (which imports this
+    module, so the type is named by its shape)."""
+
+    @property
+    def machine_id(self) -> str: ...
+    @property
+    def busy_text(self) -> str: ...
+    @property
+    def shift(self) -> SuiteShift | None: ...
+    @property
+    def lean(self) -> Lean | None: ...
+    @property
+    def earlier(self) -> tuple[EarlierRun, ...]: ...
+    @property
+    def drifts(self) -> tuple[DriftRow, ...]: ...
+    @property
+    def suite_drift(self) -> float | None: ...
+    @property
+    def stack_change_text(self) -> str: ...
+    @property
+    def implausible(self) -> list[Verdict]: ...
+
+
+#: Leaning timings named in the headline (the rest: "and N more"; all in the report's table).
+LEAN_NAMED = 3
+
+
+def _pct(ratio: float) -> str:
+    return f"{ratio - 1:+.1%}"
+
+
+def shift_text(machine_id: str, shift: SuiteShift) -> str:
+    """ "every timing on M moved +10.2 % (95 % interval +8.1 … +12.3 %) …" """
+    return (
+        f"every timing on {machine_id} moved {_pct(shift.ratio)} together (interval "
+        f"{_pct(shift.ci_low)} … {_pct(shift.ci_high)}; a whole run strays "
+        f"±{shift.run_effect_var**0.5:.1%} here): the host or the whole stack, not one "
+        "benchmark; each benchmark is judged against that shift"
+    )
+
+
+def lean_text(lean: Lean) -> str:
+    """The undecided timings that lean to a slowdown, the largest first."""
+    named = [
+        f"{v.fullname} {v.metric} {_pct(v.ratio or 1.0)} (up to {_pct(v.ci_high or 1.0)})"
+        for v in lean.leaning[:LEAN_NAMED]
+    ]
+    more = len(lean.leaning) - len(named)
+    listed = ", ".join(named) + (f" and {more} more" if more > 0 else "")
+    head = (
+        f"{len(lean.leaning)} undecided timing(s) on {lean.machine_id} lean to a slowdown"
+        if lean.leaning
+        else f"the undecided timings on {lean.machine_id} lean to a slowdown together"
+    )
+    return f"{head} (suite test p = {lean.p_value:.2g}){': ' + listed if listed else ''}"
+
+
+def earlier_text(machine: MachineReport) -> str:
+    """ "judged with this commit's 2 earlier run(s): 2026-12-01 12:00 FAIL (3 fails), ..." """
+    runs = ", ".join(r.text for r in machine.earlier)
+    return f"judged with this commit's {len(machine.earlier)} earlier run(s) ({runs})"
+
+
+def attention_lines(machine: MachineReport) -> list[str]:
+    """BUSY, SHIFT, LEAN, IMPLAUSIBLE and DRIFT lines of one machine: what a human must see."""
+    lines = []
+    if machine.busy_text:
+        lines.append(f"BUSY {machine.machine_id}: {machine.busy_text}: not judged as quiet")
+    if machine.shift is not None and machine.shift.named:
+        lines.append(f"SHIFT {shift_text(machine.machine_id, machine.shift)}")
+    if machine.lean is not None and machine.lean.rejected:
+        lines.append(f"LEAN {lean_text(machine.lean)}")
+    if machine.earlier:
+        lines.append(f"POOLED {machine.machine_id}: {earlier_text(machine)}")
+    for v in machine.implausible:
+        lines.append(
+            f"IMPLAUSIBLE {v.fullname} {v.metric}: {implausible_text(v)} [{machine.machine_id}]"
+        )
+    for row in machine.drifts:
+        lines.append(f"DRIFT {row.fullname} {row.metric}: {row.text} [{machine.machine_id}]")
+    if machine.suite_drift is not None:
+        lines.append(
+            f"DRIFT suite-wide {machine.machine_id}: median {machine.suite_drift:+.1%} "
+            "over the window"
+        )
+    return lines
+
+
+def status(
+    machines: Sequence[MachineReport],
+    suspect_current: Sequence[str],
+    counts: Mapping[VerdictName, int],
+    verdicts: Sequence[Verdict],
+    threshold: float,
+) -> tuple[Status, str]:
+    """The status and its reason (module docstring)."""
+    if not machines or suspect_current:
+        return "error", (
+            "no current run to judge"
+            if not machines
+            else f"{len(suspect_current)} unreadable file(s) may be the current run"
+        )
+    notes = [f"stack changed: {m.stack_change_text}" for m in machines if m.stack_change_text]
+    notes += [f"{m.machine_id}: {earlier_text(m)}" for m in machines if m.earlier]
+    suffix = f" ({'; '.join(notes)})" if notes else ""
+    odd = [v for m in machines for v in m.implausible]
+    shifted = [m for m in machines if m.shift is not None and m.shift.named]
+    shift_parts = [shift_text(m.machine_id, m.shift) for m in shifted if m.shift is not None]
+    if counts["fail"] or counts["missing"]:
+        parts = []
+        if odd:
+            parts.append(f"{len(odd)} implausible change(s) to check")
+        if counts["fail"]:
+            parts.append(f"{counts['fail']} regression(s) beyond threshold and noise")
+        if counts["missing"]:
+            parts.append(f"{counts['missing']} baseline metric(s) missing from the current run")
+        return "fail", "; ".join([*parts, *shift_parts]) + suffix
+    if not any(v.compared for v in verdicts):
+        return "no-baseline", "nothing was compared: no baseline run has these benchmarks"
+    busy = "; ".join(f"{m.machine_id}: {m.busy_text}" for m in machines if m.busy_text)
+    if busy:
+        return "inconclusive", (
+            f"the run was disturbed, {busy}: nothing judged as if quiet; re-run on a quiet "
+            "machine" + suffix
+        )
+    if undecided := _undecided(machines, shifted, verdicts, threshold):
+        return "inconclusive", undecided + suffix
+    extra = [f"{len(odd)} implausible change(s) to check"] if odd else []
+    below = [f"{text} (below the threshold)" for text in shift_parts]
+    return "pass", "; ".join(["no regression beyond threshold and noise", *below, *extra]) + suffix
+
+
+def _undecided(
+    machines: Sequence[MachineReport],
+    shifted: Sequence[MachineReport],
+    verdicts: Sequence[Verdict],
+    threshold: float,
+) -> str:
+    """Why a quiet run with no fail is still not PASS ("" when it is PASS)."""
+    reaching = [
+        shift_text(m.machine_id, m.shift)
+        for m in shifted
+        if m.shift is not None and m.shift.reaches(threshold)
+    ]
+    if reaching:
+        return "; ".join(reaching) + "; confirm with an A/B run (nox -s ab) or re-run quietly"
+    more = "decide with more runs (re-run: runs of one commit are pooled) or an A/B run (nox -s ab)"
+    parts = [lean_text(m.lean) for m in machines if m.lean is not None and m.lean.rejected]
+    if all_undecided(verdicts):
+        noisy = sum(v.compared and v.kind != "exact" for v in verdicts)
+        parts.insert(0, f"nothing could be decided: all {noisy} timings straddle the threshold")
+    return "; ".join([*parts, more]) if parts else ""
