@@ -24,9 +24,11 @@ preempted rounds cannot move: the run is the unit, its spread learned from the b
   (a scaled-inverse-chi^2 prior) whose value is at least the machine's typical variance over
   the suite (`levels.suite_run_var`), so that few runs on a noisy machine do not borrow the
   configured prior's optimism.
-- The current run cannot be adjusted: its own run effect is indistinguishable from a real
-  across-the-board regression (a torch upgrade that slows everything), so its variance carries
-  `var_e` in full. A burst during the current run is therefore not modelled; re-run it.
+- The current run's variance carries `var_e` in full here: its own run effect cannot be told
+  from an across-the-board change (a torch upgrade that slows everything) by one benchmark.
+  Across the suite it can be estimated and named (`reports.analysis.shift`,
+  `reports.analysis.judge`): a whole-run shift beyond `var_e` is judged as such, never as a
+  per-benchmark regression.
 
 Deliberately not here: the decision rule (`reports.analysis.decision`), verdicts
 (`reports.analysis.series`).
