@@ -89,16 +89,18 @@ def shift_text(machine_id: str, shift: SuiteShift) -> str:
     )
 
 
-def lean_text(lean: Lean) -> str:
-    """The undecided timings that lean to a slowdown, the largest first."""
+def lean_text(lean: Lean, names: int = LEAN_NAMED) -> str:
+    """The undecided timings that lean to a slowdown, the largest lean first (`names` of them,
+    by their test name: the headline names one, the gate's LEAN line three)."""
     named = [
-        f"{v.fullname} {v.metric} {_pct(v.ratio or 1.0)} (up to {_pct(v.ci_high or 1.0)})"
-        for v in lean.leaning[:LEAN_NAMED]
+        f"{v.fullname.split('::')[-1]} {v.metric} {_pct(v.ratio or 1.0)} "
+        f"(up to {_pct(v.ci_high or 1.0)})"
+        for v in lean.leaning[:names]
     ]
     more = len(lean.leaning) - len(named)
     listed = ", ".join(named) + (f" and {more} more" if more > 0 else "")
     head = (
-        f"{len(lean.leaning)} undecided timing(s) on {lean.machine_id} lean to a slowdown"
+        f"{len(lean.leaning)} undecided timings on {lean.machine_id} lean to a slowdown"
         if lean.leaning
         else f"the undecided timings on {lean.machine_id} lean to a slowdown together"
     )
@@ -195,7 +197,7 @@ def _undecided(
     if reaching:
         return "; ".join(reaching) + "; confirm with an A/B run (nox -s ab) or re-run quietly"
     more = "decide with more runs (re-run: runs of one commit are pooled) or an A/B run (nox -s ab)"
-    parts = [lean_text(m.lean) for m in machines if m.lean is not None and m.lean.rejected]
+    parts = [lean_text(m.lean, 1) for m in machines if m.lean is not None and m.lean.rejected]
     if all_undecided(verdicts):
         noisy = sum(v.compared and v.kind != "exact" for v in verdicts)
         parts.insert(0, f"nothing could be decided: all {noisy} timings straddle the threshold")
