@@ -192,9 +192,7 @@ def test_rejudging_uses_the_recorded_process_term_and_process_interleave_has_a_f
     assert "process interleave" in why
 
 
-def _process_run(
-    tmp_path: Path, seed: int, level_sd: float, shift: float, slowed: int = 40
-) -> int:
+def _process_run(tmp_path: Path, seed: int, level_sd: float, shift: float, slowed: int = 40) -> int:
     """A process-interleaved run of 40 benchmarks: each benchmark's two processes differ by a
     random run-level factor (log sd `level_sd`), the head of the first `slowed` benchmarks
     slower by `shift` throughout."""

@@ -9,9 +9,9 @@ from __future__ import annotations
 import math
 import random
 
+from reports.analysis.judge import judge_suite
 from reports.analysis.levels import keep_mask, recent_level_start, run_location
 from reports.analysis.robustness import World, fails, make_suite
-from reports.analysis.judge import judge_suite
 from reports.analysis.series import AnalysisConfig, MetricSeries
 
 

@@ -8,8 +8,8 @@ import statistics
 
 import pytest
 
-from reports.analysis.noise_model import Prior, estimate_noise, estimate_run_effects
 from reports.analysis.judge import judge_suite
+from reports.analysis.noise_model import Prior, estimate_noise, estimate_run_effects
 from reports.analysis.series import AnalysisConfig, MetricSeries
 
 PRIOR = Prior()

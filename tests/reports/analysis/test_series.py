@@ -9,8 +9,8 @@ import random
 import pytest
 
 from reports.analysis.distributions import betainc, t_cdf, t_ppf, t_sf_two_sided
-from reports.analysis.metrics import higher_is_better
 from reports.analysis.judge import judge_suite
+from reports.analysis.metrics import higher_is_better
 from reports.analysis.series import (
     AnalysisConfig,
     MetricSeries,

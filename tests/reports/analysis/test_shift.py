@@ -44,7 +44,9 @@ def test_the_lean_test_keeps_its_level_on_independent_t_scores_and_finds_six_lea
         return rng.gauss(shift, 1) / math.sqrt(rng.gammavariate(df / 2, 2) / df)
 
     trials = 2000
-    null = sum(lean_p_value([t_draw() for _ in range(36)], [df] * 36) <= 0.05 for _ in range(trials))
+    null = sum(
+        lean_p_value([t_draw() for _ in range(36)], [df] * 36) <= 0.05 for _ in range(trials)
+    )
     assert 0.05 - 0.02 <= null / trials <= _binomial_upper(0.05, trials)
     leaning = [[t_draw(3.0) for _ in range(6)] + [t_draw() for _ in range(30)] for _ in range(200)]
     found = sum(lean_p_value(z, [df] * 36) <= 0.05 for z in leaning)
