@@ -274,5 +274,38 @@ def gate(session: nox.Session) -> None:
     _run_verdict(session, "python", "-m", "reports", "gate", *args)
 
 
+@nox.session
+def screenshot(session: nox.Session) -> None:
+    """Refresh docs/report.png: a fixture history (20 main runs, a PR that slowed every decode
+    cell 50 %) rendered and photographed in headless Chromium at 1400 x 900, the first screen
+    a reviewer sees."""
+    session.install(*_groups("report"))
+    browser = next(
+        (found for name in ("chromium", "chromium-browser") if (found := shutil.which(name))),
+        None,
+    )
+    if browser is None:
+        session.error("no Chromium: apt-get install chromium (Debian), then run this again")
+    work = Path(session.create_tmp()) / "screenshot"
+    shutil.rmtree(work, ignore_errors=True)
+    history, out = work / "history", work / "out"
+    fixture = "tests/data/reports/make_history.py"
+    session.run("python", fixture, str(history), "--runs", "20", "--slow", "decode=0.5")
+    session.run("python", "-m", "reports", "render", "--history", str(history), "--out", str(out))
+    session.run(
+        browser,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        f"--user-data-dir={work / 'profile'}",
+        "--window-size=1400,900",
+        f"--screenshot={Path('docs/report.png').resolve()}",
+        (out / "index.html").resolve().as_uri(),
+        external=True,
+    )
+    session.log("wrote docs/report.png")
+
+
 if __name__ == "__main__":  # pragma: no cover - `python noxfile.py` is a common slip
     sys.exit("run this file with nox: `nox -s tests`")

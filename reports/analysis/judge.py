@@ -64,6 +64,14 @@ class Lean:
         return self.p_value <= LEAN_ALPHA
 
 
+def leans(v: Verdict) -> bool:
+    """An undecided verdict whose own one-sided p of "no slowdown" is below
+    `shift.LEAN_LIST_P` (its evidence as judged: against a named shift when there is one)."""
+    if v.verdict != "inconclusive" or v.log_ratio is None or not v.se:
+        return False
+    return decision.p_fail(v.log_ratio, v.se, v.df or math.inf, 0.0) < LEAN_LIST_P
+
+
 def all_undecided(verdicts: Sequence[Verdict]) -> bool:
     """True when noisy verdicts were compared and every one of them is `inconclusive`."""
     noisy = [v for v in verdicts if v.compared and v.kind != "exact"]
@@ -156,11 +164,7 @@ def _lean(
             tested.append((z if v.verdict == "inconclusive" else min(z, 0.0), v.df or math.inf, v))
     p = lean_p_value([z for z, _, _ in tested], [df for _, df, _ in tested])
     leaning = sorted(
-        (
-            (z, v)
-            for z, df, v in tested
-            if v.verdict == "inconclusive" and decision.p_fail(z, 1.0, df, 0.0) < LEAN_LIST_P
-        ),
+        ((z, v) for z, _, v in tested if leans(v)),
         key=lambda zv: -zv[0],
     )
     return Lean(machine, p, len(tested), tuple(v for _, v in leaning))

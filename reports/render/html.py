@@ -25,6 +25,7 @@ import jinja2
 
 from reports.analysis.flags import implausible
 from reports.analysis.series import Verdict
+from reports.render.changes import changed_cells, count_changed, interval_text, mde_text
 from reports.render.report import MachineReport, Report
 from reports.render.roofline import RooflineChart
 from reports.render.runmode import entry_text
@@ -67,9 +68,12 @@ def fmt_pct(value: float | None, digits: int = 1) -> str:
 
 
 def fmt_change(ratio: float | None) -> str:
-    """A ratio as a signed relative change (1.071 -> '+7.1 %')."""
+    """A ratio as a signed relative change (1.071 -> '+7.1 %'); past +1,000 % as a factor
+    ('x17.6'), which a reader takes in at a glance."""
     if ratio is None or math.isnan(ratio):
         return "n/a"
+    if ratio > 11.0:
+        return f"x{ratio:.1f}"
     return f"{(ratio - 1) * 100:+.1f} %"
 
 
@@ -158,6 +162,8 @@ def environment(markdown: bool) -> jinja2.Environment:
         bytes=fmt_bytes,
         pct=fmt_pct,
         change=fmt_change,
+        interval=interval_text,
+        mde=mde_text,
         ratio=fmt_ratio,
         pval=fmt_p,
         plainpct=fmt_plain_pct,
@@ -236,9 +242,13 @@ def chart_data(machine: MachineReport, index: int) -> dict[str, Any]:
 def render_html(report: Report, generated_at: str) -> str:
     """The self-contained HTML report."""
     template = environment(False).get_template("report.html.j2")
+    groups = count_changed(report.verdicts)
     return template.render(
         report=report,
         generated_at=generated_at,
+        cells=changed_cells(report.verdicts),
+        cells_total=sum(groups.values()),
+        groups=groups,
         charts=[chart_data(m, i) for i, m in enumerate(report.machines)],
         uplot_js=_static("uPlot.iife.min.js"),
         uplot_css=_static("uPlot.min.css"),
@@ -258,12 +268,16 @@ def render_summary(report: Report, generated_at: str, budget: int = SUMMARY_BUDG
     template = environment(True).get_template("summary.md.j2")
     url = report.artifact_url or ARTIFACT_PLACEHOLDER
     rows = _verdict_rows(report)
+    groups = count_changed(report.verdicts)
     shown = min(len(rows), 50)
 
     def render(n: int) -> str:
         return template.render(
             report=report,
             generated_at=generated_at,
+            cells=changed_cells(report.verdicts),
+            cells_total=sum(groups.values()),
+            groups=groups,
             rows=rows[:n],
             hidden=len(rows) - n,
             artifact_url=url,

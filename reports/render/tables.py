@@ -160,8 +160,12 @@ class NowRow:
 
 
 def now_axes(rows: Sequence[NowRow]) -> tuple[str, ...]:
-    """The run-mode axes any row's params name, in axis order (columns of the "now" table)."""
-    return tuple(k for k in RUN_MODE_AXES if any(k in r.params for r in rows))
+    """The run-mode axes some row's cell names, in axis order (columns of the "now" table): a
+    matrix that names no run-mode axis records them as None, and a column of "(unset)" for
+    every cell says nothing."""
+    return tuple(
+        k for k in RUN_MODE_AXES if any(r.params.get(k) not in (None, "None", "") for r in rows)
+    )
 
 
 def _first(benches: Sequence[Mapping[str, object]], key: str) -> float | None:

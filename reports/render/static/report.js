@@ -319,5 +319,21 @@
   } else {
     buildAll();
   }
+  /* #first-screen: record what a reader sees without scrolling (tests read it from the DOM):
+     the headline, the counts and how many rows of the "What changed" table lie wholly inside
+     the viewport. */
+  if (window.location.hash === "#first-screen") {
+    var h = window.innerHeight;
+    var inView = function (el) { return el && el.getBoundingClientRect().bottom <= h; };
+    var rows = document.querySelectorAll("#changed tbody tr");
+    var seen = Array.prototype.filter.call(rows, inView).length;
+    document.body.setAttribute("data-first-screen", JSON.stringify({
+      height: h,
+      headline: inView(document.getElementById("verdict-line")),
+      counts: inView(document.querySelector("header.status .badge")),
+      changed_rows: seen,
+      changed_total: rows.length
+    }));
+  }
   document.body.setAttribute("data-ready", "1");
 })();
