@@ -178,6 +178,23 @@ def run_busy_pct(run: Run) -> float | None:
     return busy_cpu_pct(values)
 
 
+#: Quiet baseline runs that must remain for busy ones to be left out of the baseline.
+MIN_QUIET_BASELINE_RUNS = 2
+
+
+def quiet_baseline(comparison: Comparison) -> Comparison:
+    """The comparison without its busy baseline runs (`run_busy_pct`), when at least
+    `MIN_QUIET_BASELINE_RUNS` quiet ones remain: a disturbed run is never a level (nor a step,
+    nor a burst the run effects must explain); the baseline rule says how many were left out.
+    Otherwise the comparison as it is (a machine that is always busy still has a baseline)."""
+    busy = [r for r in comparison.baseline if run_busy_pct(r) is not None]
+    quiet = tuple(r for r in comparison.baseline if all(r is not b for b in busy))
+    if not busy or len(quiet) < MIN_QUIET_BASELINE_RUNS:
+        return comparison
+    rule = f"{comparison.baseline_rule}; {len(busy)} busy run(s) left out (never a level)"
+    return replace(comparison, baseline=quiet, baseline_rule=rule)
+
+
 def integrated_other_cpu_pct(run: Run) -> float | None:
     """Other processes' share of the machine over all the run's tests together (each test's
     whole window, `others_test_*`, else its timed rounds' window): the sum of others' CPU-s over

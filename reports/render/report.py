@@ -28,6 +28,7 @@ from reports.analysis.flags import (
     implausible,
     mark_busy,
     process_state_rows,
+    quiet_baseline,
     run_busy_pct,
     suite_drift,
 )
@@ -291,17 +292,12 @@ def build_report(
     machine whose stack changed names the change; a busy machine's fails and improvements are
     not decided (`flags.mark_busy`).
     """
+    comparisons = [quiet_baseline(c) for c in selection.comparisons]
     all_series = [
-        (c, s)
-        for c in selection.comparisons
-        for s in comparison_series(c, config.max_baseline_runs)
+        (c, s) for c in comparisons for s in comparison_series(c, config.max_baseline_runs)
     ]
-    changes = {c.machine_id: c.stack_change_text for c in selection.comparisons}
-    busy = {
-        c.machine_id: pct
-        for c in selection.comparisons
-        if (pct := run_busy_pct(c.current)) is not None
-    }
+    changes = {c.machine_id: c.stack_change_text for c in comparisons}
+    busy = {c.machine_id: pct for c in comparisons if (pct := run_busy_pct(c.current)) is not None}
     judged = judge([s for _, s in all_series], config)
     verdicts = [
         replace(v, stack_change=changes.get(v.machine_id, ""))
@@ -321,7 +317,7 @@ def build_report(
             lean=judged.leans.get(c.machine_id),
             earlier=earlier_runs(c, config),
         )
-        for c in selection.comparisons
+        for c in comparisons
     )
     counts = summarize(verdicts)
     skipped = (*history.skipped, *extra_skipped)

@@ -62,3 +62,14 @@ def test_a_red_run_re_run_on_one_commit_is_judged_with_its_earlier_run_and_shows
     assert "POOLED" in r.output
     assert "judged with this commit's 1 earlier run(s)" in r.output
     assert "FAIL (" in r.output  # the earlier run alone failed too
+
+
+def test_busy_baseline_runs_are_never_main_s_level():
+    """Main's two newest runs were busy and 20 % slow everywhere; a PR 20 % slower everywhere
+    must not match them as main's new level (it would read PASS)."""
+    base = baseline_specs()
+    busy = [RunSpec(s.commit, s.when, factor=1.2, other_cpu_pct=40.0) for s in base[-2:]]
+    r = run_gate([*base[:-2], *busy, pr_spec(factor=1.2)], 24)
+    assert r.status == "inconclusive"
+    assert "fail" not in r.verdicts.values()
+    assert "SHIFT every timing on" in r.output  # judged against main's quiet level
