@@ -100,7 +100,8 @@ def lean_text(lean: Lean, names: int = LEAN_NAMED) -> str:
     more = len(lean.leaning) - len(named)
     listed = ", ".join(named) + (f" and {more} more" if more > 0 else "")
     head = (
-        f"{len(lean.leaning)} undecided timings on {lean.machine_id} lean to a slowdown"
+        f"{len(lean.leaning)} undecided timing{'s' if len(lean.leaning) != 1 else ''} on "
+        f"{lean.machine_id} lean{'s' if len(lean.leaning) == 1 else ''} to a slowdown"
         if lean.leaning
         else f"the undecided timings on {lean.machine_id} lean to a slowdown together"
     )
