@@ -31,6 +31,7 @@ from typing import Literal
 
 from reports.analysis import decision
 from reports.analysis.levels import MAD_EFFICIENCY
+from reports.analysis.metrics import is_timed_metric
 from reports.analysis.series import (
     AnalysisConfig,
     MetricSeries,
@@ -99,10 +100,6 @@ class SuiteJudgement:
         return "undecided" if all_undecided(self.verdicts) else "pass"
 
 
-def _timed(v: Verdict) -> bool:
-    return v.kind != "exact" and v.metric.endswith("_s")
-
-
 def _has_evidence(v: Verdict) -> bool:
     return v.log_ratio is not None and v.se is not None
 
@@ -133,17 +130,11 @@ def _machine_shift(
 
 
 def _relative(v: Verdict, s: MetricSeries, shift: SuiteShift) -> Verdict:
+    # the p-values follow from the evidence in `apply_holm`; only the evidence changes here
     log_ratio, var = _residual(v, s, shift)
-    se = math.sqrt(var)
-    df = v.df or math.inf
     note = f"judged against the suite's common shift {shift.ratio - 1:+.1%}"
     return replace(
-        v,
-        log_ratio=log_ratio,
-        se=se,
-        p_value=decision.p_fail(log_ratio, se, df, v.threshold),
-        p_improved=decision.p_improved(log_ratio, se, df, v.threshold),
-        note="; ".join(n for n in (v.note, note) if n),
+        v, log_ratio=log_ratio, se=math.sqrt(var), note="; ".join(n for n in (v.note, note) if n)
     )
 
 
@@ -170,6 +161,15 @@ def _lean(
     return Lean(machine, p, len(tested), tuple(v for _, v in leaning))
 
 
+def _by_machine(
+    verdicts: Sequence[Verdict], series: Sequence[MetricSeries]
+) -> dict[str, list[tuple[Verdict, MetricSeries]]]:
+    out: dict[str, list[tuple[Verdict, MetricSeries]]] = {}
+    for v, s in zip(verdicts, series, strict=True):
+        out.setdefault(v.machine_id, []).append((v, s))
+    return out
+
+
 def judge(series: Sequence[MetricSeries], config: AnalysisConfig) -> SuiteJudgement:
     """The suite's judgement (module docstring)."""
     priors = suite_prior(series, config)
@@ -179,31 +179,24 @@ def judge(series: Sequence[MetricSeries], config: AnalysisConfig) -> SuiteJudgem
         else judge_noisy(s, config, priors.get(s.machine_id))
         for s in series
     ]
-    shifts: dict[str, SuiteShift] = {}
-    for machine in dict.fromkeys(s.machine_id for s in series):
-        pairs = [
-            (v, s) for v, s in zip(provisional, series, strict=True) if v.machine_id == machine
-        ]
-        found = _machine_shift(pairs, config)
-        if found is not None:
-            shifts[machine] = found
+    shifts = {
+        machine: found
+        for machine, pairs in _by_machine(provisional, series).items()
+        if (found := _machine_shift(pairs, config)) is not None
+    }
     adjusted = [
         _relative(v, s, shift)
         if (shift := shifts.get(v.machine_id)) is not None
         and shift.named
-        and _timed(v)
+        and is_timed_metric(v.metric, v.kind)
         and _has_evidence(v)
         else v
         for v, s in zip(provisional, series, strict=True)
     ]
     verdicts = apply_holm(adjusted, config)
     leans = {
-        machine: _lean(
-            machine,
-            [(v, s) for v, s in zip(verdicts, series, strict=True) if v.machine_id == machine],
-            shifts.get(machine),
-        )
-        for machine in dict.fromkeys(s.machine_id for s in series)
+        machine: _lean(machine, pairs, shifts.get(machine))
+        for machine, pairs in _by_machine(verdicts, series).items()
     }
     return SuiteJudgement(tuple(verdicts), shifts, leans)
 

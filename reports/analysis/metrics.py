@@ -67,6 +67,11 @@ def primary_metric(bench: BenchmarkResult) -> str:
     return PRIMARY_BY_MEASUREMENT.get(key, "time_s")
 
 
+def is_timed_metric(name: str, kind: str) -> bool:
+    """True for noisy seconds (`*_s`, not exact): the metrics a run's suite-wide effect moves."""
+    return name.endswith("_s") and kind != "exact"
+
+
 def is_exact_metric(name: str) -> bool:
     """True for deterministic byte counts: `kv_*_bytes` and `weights_bytes`."""
     return name == "weights_bytes" or (name.startswith("kv_") and name.endswith("_bytes"))
@@ -165,7 +170,7 @@ def comparison_series(comparison: Comparison, max_runs: int | None = None) -> li
         metric_names = list(cur) + [m for m in (per_run[-1] if per_run else {}) if m not in cur]
         for metric in metric_names:
             kind = cur[metric][0] if metric in cur else per_run[-1][metric][0]
-            timed = metric.endswith("_s") and kind != "exact"
+            timed = is_timed_metric(metric, kind)
             present = [j for j, run in enumerate(per_run) if metric in run]
             series.append(
                 MetricSeries(

@@ -96,16 +96,29 @@ def _rank(row: CellRow) -> tuple[int, float]:
 def changed_cells(verdicts: Sequence[Verdict], limit: int = FIRST_ROWS) -> list[CellRow]:
     """The changed cells, fails first, then undecided leaning slower, then improved, each by
     the size of the decisive change; at most `limit`."""
-    return sorted((r for r in cell_rows(verdicts) if r.group), key=_rank)[:limit]
+    return _changed(cell_rows(verdicts), limit)
+
+
+def _changed(rows: Sequence[CellRow], limit: int) -> list[CellRow]:
+    return sorted((r for r in rows if r.group), key=_rank)[:limit]
 
 
 def count_changed(verdicts: Sequence[Verdict]) -> dict[Group, int]:
     """How many cells fall in each group."""
-    rows = cell_rows(verdicts)
+    return _counts(cell_rows(verdicts))
+
+
+def _counts(rows: Sequence[CellRow]) -> dict[Group, int]:
     return {g: sum(r.group == g for r in rows) for g in GROUP_ORDER}
 
 
-def _change(ratio: float) -> str:
+def change_text(ratio: float | None) -> str:
+    """A ratio as a signed relative change (1.071 -> '+7.1 %'); past +1,000 % as a factor
+    ('x17.6'), which a reader takes in at a glance. The one format of a change, everywhere."""
+    if ratio is None or math.isnan(ratio):
+        return "n/a"
+    if ratio > 11.0:
+        return f"x{ratio:.1f}"
     return f"{(ratio - 1) * 100:+.1f} %"
 
 
@@ -117,7 +130,7 @@ def interval_text(low: float | None, high: float | None) -> str:
     cap = f"+{CAP * 100:.0f} %"
     if low - 1.0 > CAP:
         return f"beyond {cap}"
-    return f"{_change(low)} … {'≥ ' + cap if high - 1.0 > CAP else _change(high)}"
+    return f"{change_text(low)} … {'≥ ' + cap if high - 1.0 > CAP else change_text(high)}"
 
 
 def mde_text(v: Verdict) -> str:
@@ -128,11 +141,16 @@ def mde_text(v: Verdict) -> str:
         return f"{v.mde * 100:.1f} %"
     if v.baseline_runs <= 1:
         return f"cannot tell ({v.baseline_runs} baseline run)"
-    return f"≥ {CAP:.0%}".replace("%", " %")
+    return f"≥ {CAP * 100:.0f} %"
 
 
 def first_screen(verdicts: Sequence[Verdict]) -> dict[str, object]:
     """The first screen's table and its counts, as both outputs' templates take them:
     `cells` (`changed_cells`), `cells_total`, `groups` (`count_changed`)."""
-    groups = count_changed(verdicts)
-    return {"cells": changed_cells(verdicts), "cells_total": sum(groups.values()), "groups": groups}
+    rows = cell_rows(verdicts)  # once: both the table and the counts read them
+    groups = _counts(rows)
+    return {
+        "cells": _changed(rows, FIRST_ROWS),
+        "cells_total": sum(groups.values()),
+        "groups": groups,
+    }

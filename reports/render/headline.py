@@ -26,6 +26,7 @@ from reports.analysis.flags import DriftRow, implausible_text
 from reports.analysis.judge import Lean, all_undecided
 from reports.analysis.series import Verdict, VerdictName
 from reports.analysis.shift import SuiteShift
+from reports.render.changes import change_text
 
 Status = Literal["fail", "pass", "inconclusive", "no-baseline", "error"]
 
@@ -75,15 +76,11 @@ class MachineReport(Protocol):
 LEAN_NAMED = 3
 
 
-def _pct(ratio: float) -> str:
-    return f"{(ratio - 1) * 100:+.1f} %"
-
-
 def shift_text(machine_id: str, shift: SuiteShift) -> str:
     """ "every timing on M moved +10.2 % (95 % interval +8.1 … +12.3 %) …" """
     return (
-        f"every timing on {machine_id} moved {_pct(shift.ratio)} together (interval "
-        f"{_pct(shift.ci_low)} … {_pct(shift.ci_high)}; a whole run strays "
+        f"every timing on {machine_id} moved {change_text(shift.ratio)} together (interval "
+        f"{change_text(shift.ci_low)} … {change_text(shift.ci_high)}; a whole run strays "
         f"±{shift.run_effect_var**0.5:.1%} here): the host or the whole stack, not one "
         "benchmark; each benchmark is judged against that shift"
     )
@@ -93,8 +90,8 @@ def lean_text(lean: Lean, names: int = LEAN_NAMED) -> str:
     """The undecided timings that lean to a slowdown, the largest lean first (`names` of them,
     by their test name: the headline names one, the gate's LEAN line three)."""
     named = [
-        f"{v.fullname.split('::')[-1]} {v.metric} {_pct(v.ratio or 1.0)} "
-        f"(up to {_pct(v.ci_high or 1.0)})"
+        f"{v.fullname.split('::')[-1]} {v.metric} {change_text(v.ratio or 1.0)} "
+        f"(up to {change_text(v.ci_high or 1.0)})"
         for v in lean.leaning[:names]
     ]
     more = len(lean.leaning) - len(named)

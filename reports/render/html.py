@@ -25,7 +25,7 @@ import jinja2
 
 from reports.analysis.flags import implausible
 from reports.analysis.series import Verdict
-from reports.render.changes import first_screen, interval_text, mde_text
+from reports.render.changes import change_text, first_screen, interval_text, mde_text
 from reports.render.report import MachineReport, Report
 from reports.render.roofline import RooflineChart
 from reports.render.runmode import entry_text
@@ -65,16 +65,6 @@ def fmt_pct(value: float | None, digits: int = 1) -> str:
     if value is None or math.isnan(value):
         return "n/a"
     return f"{value * 100:.{digits}f} %"
-
-
-def fmt_change(ratio: float | None) -> str:
-    """A ratio as a signed relative change (1.071 -> '+7.1 %'); past +1,000 % as a factor
-    ('x17.6'), which a reader takes in at a glance."""
-    if ratio is None or math.isnan(ratio):
-        return "n/a"
-    if ratio > 11.0:
-        return f"x{ratio:.1f}"
-    return f"{(ratio - 1) * 100:+.1f} %"
 
 
 def fmt_ratio(ratio: float | None) -> str:
@@ -161,7 +151,7 @@ def environment(markdown: bool) -> jinja2.Environment:
         seconds=fmt_seconds,
         bytes=fmt_bytes,
         pct=fmt_pct,
-        change=fmt_change,
+        change=change_text,
         interval=interval_text,
         mde=mde_text,
         ratio=fmt_ratio,
