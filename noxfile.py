@@ -66,7 +66,23 @@ def _install_torch(session: nox.Session) -> None:
 
 def _install(session: nox.Session, *groups: str, extra: tuple[str, ...] = ()) -> None:
     _install_torch(session)
-    session.install(*_groups(*groups), *extra)
+    # The torch just installed (or the user's) is a constraint for everything after it:
+    # torchao, bitsandbytes and optimum-quanto would otherwise pull another torch build (a
+    # 5.5 GB CUDA one on a CPU box).
+    session.install(*_groups(*groups), *extra, "-c", _torch_constraint(session))
+
+
+def _torch_constraint(session: nox.Session) -> str:
+    """A constraints file pinning the session's torch to the version it has."""
+    out = session.run(
+        "python", "-c", "import torch; print('TORCH', torch.__version__)", silent=True, log=False
+    )
+    found = re.search(r"TORCH (\S+)", out if isinstance(out, str) else "")
+    if found is None:
+        session.error("torch is not importable after installing it; see the pip output above")
+    path = Path(session.create_tmp()) / "torch-constraint.txt"
+    path.write_text(f"torch=={found.group(1)}\n", encoding="utf-8")
+    return str(path)
 
 
 @nox.session
@@ -114,9 +130,9 @@ def lint(session: nox.Session) -> None:
     session.run("zizmor", "--persona=pedantic", ".github")  # workflows and dependabot.yml
 
 
-def _bench(session: nox.Session, device: str, matrix: str) -> None:
+def _bench(session: nox.Session, device: str, matrix: str, *groups: str) -> None:
     """Run `matrix` on `device` into HISTORY_DIR, then render the report (or say why not)."""
-    _install(session, "bench", "report")
+    _install(session, "bench", "report", *groups)
     available = {
         "cpu": "__import__('torch')",
         "cuda": "__import__('torch').cuda.is_available()",
@@ -179,6 +195,18 @@ def bench_cpu(session: nox.Session) -> None:
 def bench_cuda(session: nox.Session) -> None:
     """Run matrix/cuda.yaml on a CUDA GPU, save history, render the report."""
     _bench(session, "cuda", "matrix/cuda.yaml")
+
+
+@nox.session(name="bench-cpu-quant", venv_params=SYSTEM_SITE)
+def bench_cpu_quant(session: nox.Session) -> None:
+    """Run matrix/cpu-quant.yaml (quantized weights and KV caches) with the `quant` group."""
+    _bench(session, "cpu", "matrix/cpu-quant.yaml", "quant")
+
+
+@nox.session(name="bench-cuda-quant", venv_params=SYSTEM_SITE)
+def bench_cuda_quant(session: nox.Session) -> None:
+    """Run matrix/cuda-quant.yaml on a CUDA GPU with the `quant` group."""
+    _bench(session, "cuda", "matrix/cuda-quant.yaml", "quant")
 
 
 @nox.session(name="bench-mps", venv_params=SYSTEM_SITE)

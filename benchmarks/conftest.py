@@ -171,7 +171,10 @@ def progress(pytestconfig: pytest.Config) -> Progress:
 @pytest.fixture(scope="session")
 def model_cache(pytestconfig: pytest.Config, progress: Progress) -> Iterator[ModelCache]:
     """The one-model slot shared by every benchmark module."""
-    cache = ModelCache(models_dir_option(pytestconfig), on_event=progress)
+    matrix = pytestconfig.stash.get(MATRIX, None)
+    # The matrix's cells: a quantized build computes its cells' dense references first.
+    cells = matrix.cells if matrix is not None else ()
+    cache = ModelCache(models_dir_option(pytestconfig), on_event=progress, cells=cells)
     yield cache
     cache.release()
 

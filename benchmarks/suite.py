@@ -145,6 +145,10 @@ def start_record(benchmark: Any, run: CellRun, measurement: str) -> dict[str, An
     info["warmup_policy"] = run.warmup.policy
     info["thermal_before"] = dict(run.warmup.thermal_before)
     info.update(run.warmup.run_mode)  # compile cost of a compiled cell (DESIGN §9)
+    # A quantized cell's method, untimed quantization time and accuracy (untimed, measured once).
+    from benchmarks.harness.modelcache import quant_fields  # noqa: PLC0415 - imports torch
+
+    info.update(quant_fields(cell, run.loaded))
     run.records.append(info)
     return info
 
@@ -164,7 +168,7 @@ def thread_policy() -> dict[str, Any]:
     }
 
 
-def memory_fields(samples: list[Any], weights_bytes: int) -> dict[str, Any]:
+def memory_fields(samples: list[Any], weights: dict[str, Any]) -> dict[str, Any]:
     """Weights and the phase's peak memory over the rounds' `memory.MemorySample`s, labelled.
 
     Each sample is one round's own peak (`Rounds`); the fields are the largest over rounds. CPU
@@ -176,7 +180,7 @@ def memory_fields(samples: list[Any], weights_bytes: int) -> dict[str, Any]:
     labels = dict(samples[0].labels) if samples else {}
     labels["peak_rss"] = "process RSS sampled at the end of each round (a lower bound of the peak)"
     return {
-        "weights_bytes": weights_bytes,
+        **weights,  # `Loaded.weights_fields()`: stored, dense and analytic weight bytes
         # MPS maxima of samples go under `peak_*_sampled_bytes`, never as a true peak.
         **peak_fields(samples),
         "peak_rss_bytes": max_or_none(s.rss_bytes for s in samples),
@@ -218,7 +222,19 @@ def cell_roofline(
     prefill_s: float | None = None,
     decode_step_s: float | None = None,
 ) -> dict[str, Any]:
-    """`roofline_confirmed` for the run's model and cell, at the phase time(s) given."""
+    """`roofline_confirmed` for the run's model and cell, at the phase time(s) given (a
+    quantized cache's KV at its stored bytes, `runmode.kvlayout`)."""
+    kv_total = None
+    if run.cell.kv_quantized:
+        from benchmarks.harness.runmode.kvlayout import analytic_layout  # noqa: PLC0415 - torch
+
+        cell, loaded = run.cell, run.loaded
+
+        def kv_total(positions: int) -> int:
+            return analytic_layout(
+                cell, loaded.config, dtype=loaded.dtype, seq_len=positions
+            ).total_bytes
+
     return roofline_confirmed(
         lambda known: roofline_extra_info(
             run.loaded.model,
@@ -227,6 +243,7 @@ def cell_roofline(
             peaks=known,
             prefill_s=prefill_s,
             decode_step_s=decode_step_s,
+            kv_total=kv_total,
         ),
         peaks,
         remeasure,

@@ -28,6 +28,7 @@ from benchmarks.harness.records import median
 from benchmarks.harness.roofline.peaks import Peaks
 from benchmarks.harness.runmode.kvlayout import (
     analytic_layout,
+    kv_quant_fields,
     static_fields,
     static_fields_mismatch,
 )
@@ -87,7 +88,8 @@ def test_decode(
             "kv_storage_final_bytes": measured_after.storage_bytes,
             **state_fields(config, loaded.dtype, cell.batch, measured_after.state_bytes),
             **static_fields(cell, config, loaded.dtype, cache, cell.prompt_len + 1),
-            **memory_fields(rounds.peaks, loaded.weights_bytes),
+            **kv_quant_fields(cell, config, loaded.dtype, cell.prompt_len),
+            **memory_fields(rounds.peaks, loaded.weights_fields()),
         }
     )
     if step_s is not None:

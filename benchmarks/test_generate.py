@@ -42,6 +42,7 @@ from benchmarks.harness.profiling import profile_generation
 from benchmarks.harness.records import GenerationFigures, generation_metrics, jsonable
 from benchmarks.harness.runmode.kvlayout import (
     analytic_layout,
+    kv_quant_fields,
     static_fields,
     static_fields_mismatch,
 )
@@ -118,7 +119,8 @@ def test_generate(run: CellRun, pytestconfig: pytest.Config, benchmark: Any) -> 
             "kv_measured_final_bytes": measured_final,
             **state_fields(config, loaded.dtype, cell.batch, measure_kv(checked.cache).state_bytes),
             **static_fields(cell, config, loaded.dtype, checked.cache, cell.final_positions),
-            "weights_bytes": loaded.weights_bytes,
+            **kv_quant_fields(cell, config, loaded.dtype),
+            **loaded.weights_fields(),
             **peak_fields(memory),
             "peak_rss_bytes": max_or_none(m.rss_bytes for m in memory),
             "memory_labels": {

@@ -1,5 +1,8 @@
 """KV cache: analytic bytes == measured bytes after prefill and after every decode step.
 
+The cell's weights too: stored bytes (`quant.stored`, quantized tensors at their real size)
+equal the analytic prediction from the config (`quant.predict`), dense or quantized.
+
 Not timed and not a history record (nothing in it is a performance figure; the `kv_*_bytes`
 fields of the other measurements carry the exact byte counts into history). One untimed
 generation of N tokens gives the measured logical bytes of every K/V tensor of the cache after
@@ -40,6 +43,10 @@ def test_kv_cache(run: CellRun) -> None:
     state = state_mismatch(state_fields(loaded.config, loaded.dtype, cell.batch, final.state_bytes))
     if state is not None:
         mismatches.append(f"after {cell.new_tokens} tokens: {state}")
+    # Weights: stored bytes (quantized tensors at their real size) == the analytic prediction.
+    weights = loaded.weights_mismatch()
+    if weights is not None:
+        mismatches.append(weights)
     if cell.cache == "static":  # allocated and used bytes, per layer, at every point (§9)
         mismatches.extend(static_check(loaded.model, run.prompt, cell, loaded.dtype))
     run.progress(

@@ -32,6 +32,7 @@ from benchmarks.harness.records import median
 from benchmarks.harness.roofline.peaks import Peaks
 from benchmarks.harness.runmode.kvlayout import (
     analytic_layout,
+    kv_quant_fields,
     static_fields,
     static_fields_mismatch,
 )
@@ -83,7 +84,8 @@ def test_prefill_forward(
             "kv_storage_after_prefill_bytes": measured.storage_bytes,
             **state_fields(config, loaded.dtype, cell.batch, measured.state_bytes),
             **static_fields(cell, config, loaded.dtype, cache, cell.prompt_len),
-            **memory_fields(rounds.peaks, loaded.weights_bytes),
+            **kv_quant_fields(cell, config, loaded.dtype),
+            **memory_fields(rounds.peaks, loaded.weights_fields()),
         }
     )
     if prefill_s is not None:

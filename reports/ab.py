@@ -8,12 +8,13 @@ every benchmark both sides ran:
   `time_s`) from the paired rounds (`reports.analysis.paired`: Yuen's trimmed mean of the per-pair
   log-ratios), with the gate's rule (`reports.analysis.decision`: one-sided test against `1 +
   threshold`, Holm over every timing of the run, the MDE at the corrected level);
-- its **exact** metrics (`kv_*_bytes`, `weights_bytes`): head against base, exactly (larger =
-  `fail`, smaller = `improved`).
+- its **exact** metrics (`metrics.is_exact_metric`: `kv_*_bytes`, `weights_bytes`, ...): head
+  against base, exactly (larger = `fail`, smaller = `improved`).
 
 Per-run scalars (TTFT, ITL percentiles, memory peaks) have one value per side and are not judged
-here; the history report keeps judging them across runs. A benchmark on one side only is `new`
-(head only) or `missing` (base only: the head could not run it, which fails like a `fail`).
+here; the history report keeps judging them across runs. A quantized cell's `accuracy_*` fields
+are judged nowhere (`reports.analysis.metrics`). A benchmark on one side only is `new` (head
+only) or `missing` (base only: the head could not run it, which fails like a `fail`).
 
 Each timing's error is inflated for lag-1 correlation between neighbouring pairs; a timing
 whose pairs disagree wildly or shift mid-run is `inconclusive` with the reason (`unstable`),
@@ -47,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from reports.analysis.decision import RuleConfig
-from reports.analysis.metrics import PRIMARY_BY_MEASUREMENT, is_exact_metric
+from reports.analysis.metrics import EXACT_SUFFIXES, PRIMARY_BY_MEASUREMENT, is_exact_metric
 from reports.analysis.paired import (
     MIN_PAIRS,
     PROCESS_CV,
@@ -60,6 +61,7 @@ from reports.analysis.paired import (
     process_run_term,
     ratio_quantile,
 )
+from reports.analysis.series import exact_change_text
 from reports.analysis.thresholds import parse_thresholds
 from reports.errors import ReportError
 from reports.history.runfile import BenchmarkResult, RunFile, load_files
@@ -118,11 +120,12 @@ def timing_metric(bench: BenchmarkResult) -> str:
 
 
 def exact_values(bench: BenchmarkResult) -> dict[str, float]:
-    """The benchmark's deterministic byte counts (`kv_*_bytes`, `weights_bytes`)."""
+    """The benchmark's deterministic byte counts (`metrics.is_exact_metric`); never the
+    `accuracy_*` fields, which are not judged (`reports.analysis.metrics`)."""
     out: dict[str, float] = {}
     for name, value in bench.extra.items():
         ok = isinstance(value, int | float) and not isinstance(value, bool)
-        if ok and name.endswith("_bytes") and is_exact_metric(name):
+        if ok and name.endswith(EXACT_SUFFIXES) and is_exact_metric(name):
             out[name] = float(value)
     return out
 
@@ -138,7 +141,7 @@ def _exact(fullname: str, metric: str, base: float, head: float, threshold: floa
     if head == base:
         return entry
     grew = head > base
-    note = f"{'grew' if grew else 'shrank'} by {abs(head - base):,.0f} (exact comparison)"
+    note = f"{'grew' if grew else 'shrank'} by {exact_change_text(head - base)} (exact comparison)"
     return replace(entry, verdict="fail" if grew else "improved", note=note)
 
 

@@ -2,7 +2,8 @@
 
 Owns, by package, lowest first (each imports only the ones before it, docs/architecture.md):
 `errors`, `records` (the JSON edge) · `device` (devices, sync, timers, machine state) · `model`
-(building models, transformers compatibility) · `cache` (KV and state accounting) · `roofline`
+(building models, transformers compatibility) · `cache` (KV and state accounting), `quant`
+(quantized weights: methods, stored and predicted bytes, accuracy) · `roofline`
 and `matrix` · `engine` (the owned prefill/decode loop) · `overhead`, `profiling`, `runmode`
 (attention/cache/compile per cell) · `plan`, `modelcache` · `doctor` (is this machine fit to
 benchmark?) · `cli` (`python -m benchmarks.harness`). It never imports pytest, `reports`, the

@@ -1,7 +1,8 @@
 """`python -m benchmarks.harness`: the KV calculator and the model build timer.
 
     kv CONFIG [--dtype float16] [--prompt-len 512] [--new-tokens 32] [--batch 1]
-              [--measure] [--device cpu] [--seed 0]
+              [--measure] [--device cpu] [--seed 0] [--quant Q]
+              [--kv-quant K [--kv-group-size 64] [--kv-residual 128]]
     build-time MODEL [--dtype bfloat16] [--device cpu] [--repeat 1]
     doctor [--device D] [--json FILE] [--quick | --full] [--dtype D]
 
@@ -10,11 +11,16 @@ position while no sliding window is full), `after_prefill_bytes` (P positions), 
 (after N new tokens: P + N - 1 positions), `per_step_bytes` (after prefill and after each of the
 N - 1 decode steps), `layers` (the final per-layer layout), and, beside the KV, `state_bytes`
 (the fixed conv + recurrent state of linear-attention / Mamba layers, 0 for pure attention
-models) with `state_layers` (per stateful layer). CONFIG is a Hugging Face config.json path, a
+models) with `state_layers` (per stateful layer), and the weights: `weights_bytes` (stored, as
+`--quant` leaves them on `--device`'s layout; dense models too), `weights_dense_bytes` and
+`weight_layers` (per Linear; those left dense say why). CONFIG is a Hugging Face config.json path, a
 model YAML path, or a model name from matrix/models/. With `--measure` it builds the model with
 random weights on `--device`, runs the engine's real prefill/decode loop, and adds `measured`
-(with its `state_bytes`) and `match`; it exits 1 when measured and analytic bytes differ (KV at
-any point, or the state).
+(with its `state_bytes` and `weights_bytes`: the model quantized with `--quant`) and `match`; it
+exits 1 when measured and analytic bytes differ (KV at any point, the state, or the weights).
+`--kv-quant` (fp8, hqq2/4/8, quanto2/4) replaces the KV timeline with a quantized cache's
+(packed data, scales, zero points, the residual window, every flush; `layers` per part) and
+`kv_quant_bytes_per_token`; `--measure` runs the loop from an empty `QuantizedCache`.
 
 `--device meta` runs that loop on the meta device instead: no memory, no values, only shapes, so
 a 7B/8B cache can be checked on a laptop in about a second (transformers 5.x; 4.46 cannot run a
@@ -48,6 +54,7 @@ import transformers
 
 from benchmarks.harness.cache.kv import analytic_kv, kv_bytes_per_token
 from benchmarks.harness.cache.measure import measure_kv
+from benchmarks.harness.cache.quantized import KV_QUANT
 from benchmarks.harness.cache.state import StateLayout, analytic_state
 from benchmarks.harness.device.devices import DTYPES, resolve_device
 from benchmarks.harness.doctor.run import add_arguments as add_doctor_arguments
@@ -62,7 +69,10 @@ from benchmarks.harness.model.models import (
     load_model_spec,
     parameter_count,
 )
+from benchmarks.harness.quant.methods import METHODS, apply_quant, quant_skip_reason
+from benchmarks.harness.quant.weights_cli import weights_measured, weights_report
 from benchmarks.harness.runmode.kvlayout import run_static_cli
+from benchmarks.harness.runmode.kvquant import add_quantized_kv
 
 EXIT_OK = 0
 EXIT_MISMATCH = 1
@@ -97,6 +107,10 @@ def _parser() -> argparse.ArgumentParser:
         "--cache", choices=("dynamic", "static"), default="dynamic", help="cache (DESIGN §9)"
     )
     kv.add_argument("--max-cache-len", type=int, default=None, help="static: positions")
+    kv.add_argument("--quant", default="none", help=f"weights: {' | '.join(METHODS)}")
+    kv.add_argument("--kv-quant", default="none", help=f"cache: none | {' | '.join(KV_QUANT)}")
+    kv.add_argument("--kv-group-size", type=int, default=64, help="quantized cache: group size")
+    kv.add_argument("--kv-residual", type=int, default=128, help="quantized cache: residual")
 
     build = commands.add_parser("build-time", help="time from_config vs phasebench's fast init")
     build.add_argument("model", help="model YAML path or matrix/models/ name (source: config)")
@@ -122,6 +136,8 @@ class KVRequest:
     batch: int
     device: torch.device | None  # None: analytic only
     seed: int
+    quant: str = "none"
+    layout_device: str = "cpu"  # whose packing the analytic weights follow (int4 differs)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> KVRequest:
@@ -136,6 +152,8 @@ class KVRequest:
                 "produces token 1)."
             )
         device = _device(args.device) if args.measure else None
+        if args.quant not in METHODS:
+            raise UsageError(f"--quant is {args.quant!r}; use one of {', '.join(METHODS)}.")
         spec = load_model_spec(args.config)
         config = spec.hf_config()
         limit = compat.max_positions(config)
@@ -156,6 +174,8 @@ class KVRequest:
             batch=args.batch,
             device=device,
             seed=args.seed,
+            quant=args.quant,
+            layout_device=str(args.device).split(":")[0],
         )
 
     def positions_per_step(self) -> list[int]:
@@ -207,6 +227,7 @@ def kv_report(request: KVRequest) -> dict[str, Any]:
         "layers": [layer.to_json() for layer in final.layers],
         "state_bytes": None if state is None else state.total_bytes,
         "state_layers": [] if state is None else [layer.to_json() for layer in state.layers],
+        **weights_report(request.spec, request.quant, request.dtype, request.layout_device),
     }
     if state_note is not None:
         report["state_note"] = state_note
@@ -217,6 +238,11 @@ def measure(request: KVRequest) -> dict[str, Any]:
     """Build the model on the request's device, run the loop, return `measured`."""
     assert request.device is not None
     model = build_model(request.spec, request.device, request.dtype, seed=request.seed)
+    if request.quant != "none":
+        reason = quant_skip_reason(request.quant, request.device, request.dtype)
+        if reason is not None:
+            raise UsageError(f"--quant {request.quant} cannot run on {request.device}: {reason}")
+        apply_quant(model, request.quant, request.device)
     vocab = int(model.config.get_text_config(decoder=True).vocab_size)
     prompt = make_prompt(request.batch, request.prompt_len, vocab, request.seed)
     if request.device.type == "meta":
@@ -232,6 +258,7 @@ def measure(request: KVRequest) -> dict[str, Any]:
         "per_step_bytes": per_step,
         "storage_final_bytes": measure_kv(cache).storage_bytes,
         "state_bytes": measure_kv(cache).state_bytes,
+        **weights_measured(model, request.dtype),
     }
 
 
@@ -264,16 +291,37 @@ def run_kv(args: argparse.Namespace) -> int:
     if args.max_cache_len is not None:
         raise UsageError("--max-cache-len sizes a static cache; add --cache static.")
     report = kv_report(request)
+    if args.kv_quant != "none":
+        return _run_kv_quant(args, request, report)
     status = EXIT_OK
     if request.device is not None:
         measured = measure(request)
         report["measured"] = measured
-        report["match"] = measured["per_step_bytes"] == report["per_step_bytes"] and report[
-            "state_bytes"
-        ] in (None, measured["state_bytes"])
+        report["match"] = (
+            measured["per_step_bytes"] == report["per_step_bytes"]
+            and report["state_bytes"] in (None, measured["state_bytes"])
+            and measured["weights_bytes"] == report["weights_bytes"]
+        )
         status = EXIT_OK if report["match"] else EXIT_MISMATCH
     print(json.dumps(report, indent=2))
     return status
+
+
+def _run_kv_quant(args: argparse.Namespace, request: KVRequest, report: dict[str, Any]) -> int:
+    """`kv --kv-quant K`: the quantized cache's timeline replaces the dense one."""
+    if args.kv_quant not in KV_QUANT:
+        raise UsageError(
+            f"--kv-quant is {args.kv_quant!r}; use none or one of {', '.join(KV_QUANT)}."
+        )
+    for flag, value in (
+        ("--kv-group-size", args.kv_group_size),
+        ("--kv-residual", args.kv_residual),
+    ):
+        if value < 1:
+            raise UsageError(f"{flag} is {value}; use a positive integer.")
+    match = add_quantized_kv(report, request, args.kv_quant, args.kv_group_size, args.kv_residual)
+    print(json.dumps(report, indent=2))
+    return EXIT_OK if match else EXIT_MISMATCH
 
 
 def run_build_time(args: argparse.Namespace) -> int:

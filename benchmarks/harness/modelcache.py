@@ -12,20 +12,36 @@ It deliberately does not time anything but the build, choose cells, or know pyte
 
 from __future__ import annotations
 
+import ctypes
 import gc
+import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from benchmarks.harness.device.devices import parse_dtype, resolve_device
-from benchmarks.harness.engine import Engine
+from benchmarks.harness.engine import Engine, make_prompt
 from benchmarks.harness.errors import PhasebenchError
 from benchmarks.harness.matrix.cells import Cell
-from benchmarks.harness.model.models import MODELS_DIR, ModelSpec, load_model_spec
+from benchmarks.harness.model.models import (
+    MODELS_DIR,
+    ModelSpec,
+    build_meta_model,
+    load_model_spec,
+)
+from benchmarks.harness.quant.accuracy import (
+    Accuracy,
+    Reference,
+    bound_for,
+    measure_accuracy,
+    reference_outputs,
+)
+from benchmarks.harness.quant.predict import WeightPrediction, predict_weights
+from benchmarks.harness.quant.stored import stored_weights
 from benchmarks.harness.runmode.decide import build_cell_model
 
 
@@ -44,17 +60,58 @@ class Loaded:
     device: torch.device
     dtype: torch.dtype
     build_s: float
-    weights_bytes: int
+    weights_bytes: int  # stored (`quant.stored`): quantized tensors at their real size
+    weights_dense_bytes: int  # the same parameters unquantized, in the cell's dtype
+    weights: WeightPrediction  # the analytic side, from the config on the meta device
+    quant: str = "none"
+    quantize_s: float = 0.0  # the untimed quantization step, part of build_s
+    # Dense reference outputs for the accuracy check of quantized cells, keyed by
+    # (batch, prompt_len, new_tokens, seed); filled before quantizing (`accuracy`).
+    references: dict[tuple[int, int, int, int], Reference] = field(default_factory=dict)
+    accuracy: dict[str, Accuracy] = field(default_factory=dict)  # per cell id, measured once
 
     @property
     def config(self) -> Any:
         """The model's Hugging Face config (KV accounting and roofline read it)."""
         return self.model.config
 
+    def weights_fields(self) -> dict[str, Any]:
+        """`weights_bytes` (stored), `weights_dense_bytes` and `weights_analytic_bytes`."""
+        return {
+            "weights_bytes": self.weights_bytes,
+            "weights_dense_bytes": self.weights_dense_bytes,
+            "weights_analytic_bytes": self.weights.total_bytes,
+        }
+
+    def weights_mismatch(self) -> str | None:
+        """Why stored and analytic weight bytes differ (None: they are equal)."""
+        if self.weights_bytes == self.weights.total_bytes:
+            return None
+        dense = ", ".join(f"{layer.name} ({layer.reason})" for layer in self.weights.left_dense)
+        return (
+            f"weights: {self.weights_bytes} bytes stored, {self.weights.total_bytes} predicted "
+            f"for quant {self.quant} (left dense: {dense or 'none'})"
+        )
+
 
 def weights_bytes(model: torch.nn.Module) -> int:
-    """Bytes of the model's parameters; a tied parameter (LM head = embedding) counts once."""
-    return sum(p.numel() * p.element_size() for p in model.parameters())
+    """Stored bytes of the model's weights (`quant.stored`); a tied parameter counts once."""
+    return stored_weights(model).stored_bytes
+
+
+def trim_host_heap() -> None:
+    """Hand the host heap's freed blocks back to the OS (glibc's `malloc_trim`).
+
+    Quantizing replaces every dense weight: glibc keeps the freed memory mapped, so the process
+    RSS (the CPU's only peak-memory figure) would carry the dense model into every round of a
+    quantized cell (smollm2-135m int4: 990 MiB before, 567 MiB after). A no-op off glibc.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # musl or another libc: nothing to trim with
+        return
 
 
 def release_device_memory(device: torch.device) -> None:
@@ -73,8 +130,12 @@ class ModelCache:
         self,
         models_dir: Path | None = None,
         on_event: Callable[[str], None] | None = None,
+        cells: Sequence[Cell] = (),
     ) -> None:
         self._models_dir = MODELS_DIR if models_dir is None else models_dir
+        # The run's cells: a quantized build computes the dense reference outputs of every
+        # quantized cell sharing it before its weights are quantized.
+        self._cells = tuple(cells)
         self._on_event = on_event or (lambda _line: None)
         self._loaded: Loaded | None = None
         self._failed: dict[tuple[str, ...], str] = {}
@@ -118,13 +179,39 @@ class ModelCache:
         spec = load_model_spec(cell.model, self._models_dir)
         self._on_event(f"building {cell.model} on {device} in {cell.dtype} ...")
         started_s = time.perf_counter()
-        # The cell's attention kernel and torch.compile mode (DESIGN §9; none: the defaults).
-        model = build_cell_model(spec, cell, device, dtype)
+        quant = cell.weight_quant
+        siblings = [c for c in self._cells if c.build_key == cell.build_key and c.quantized]
+        if cell.quantized and cell not in siblings:
+            siblings.append(cell)
+        references: dict[tuple[int, int, int, int], Reference] = {}
+
+        def before_quant(model: Any) -> None:
+            # Untimed: the dense model's outputs for the accuracy check (`quant.accuracy`).
+            for sibling in siblings:
+                key = reference_key(sibling)
+                if key not in references:
+                    batch, prompt_len, new_tokens, seed = key
+                    vocab = int(model.config.get_text_config().vocab_size)
+                    prompt = make_prompt(batch, prompt_len, vocab, seed)  # the cell's prompt
+                    references[key] = reference_outputs(model, device, prompt, new_tokens)
+            quant_started_s[0] = time.perf_counter()
+
+        quant_started_s = [started_s]
+        # The cell's attention kernel, weight quantization and torch.compile mode (DESIGN §9).
+        model = build_cell_model(spec, cell, device, dtype, before_quant=before_quant)
         build_s = time.perf_counter() - started_s
-        size = weights_bytes(model)
+        quantize_s = time.perf_counter() - quant_started_s[0] if quant != "none" else 0.0
+        if quant != "none":
+            trim_host_heap()  # the dense weights just replaced, freed but still in the heap
+        stored = stored_weights(model, dtype)
+        prediction = predict_weights(
+            build_meta_model(spec, dtype), quant, dtype=dtype, device_type=device.type
+        )
+        size = stored.stored_bytes
         self._on_event(
             f"built {cell.model} on {device} in {cell.dtype}: {build_s:.1f} s, "
             f"{size / 2**20:.1f} MiB of weights"
+            + (f" ({quant}, {stored.dense_bytes / 2**20:.1f} MiB dense)" if quant != "none" else "")
         )
         return Loaded(
             key=cell.build_key,
@@ -135,4 +222,41 @@ class ModelCache:
             dtype=dtype,
             build_s=build_s,
             weights_bytes=size,
+            weights_dense_bytes=stored.dense_bytes,
+            weights=prediction,
+            quant=quant,
+            quantize_s=quantize_s,
+            references=references,
         )
+
+
+def reference_key(cell: Cell) -> tuple[int, int, int, int]:
+    """The prompt and length a cell's dense reference is computed for."""
+    return (cell.batch, cell.prompt_len, cell.new_tokens, cell.seed)
+
+
+def quant_fields(cell: Cell, loaded: Loaded) -> dict[str, Any]:
+    """A quantized cell's record fields: the method, the untimed quantization time, the Linears
+    left dense, and its accuracy against the dense reference (`quant.accuracy`), measured once
+    per cell (untimed) and reused by its other records. A dense cell gets none."""
+    if not cell.quantized:
+        return {}
+    fields: dict[str, Any] = {
+        "quant_method": cell.weight_quant,
+        "quant_kv_method": cell.kv_quant or "none",
+        "quantize_s": loaded.quantize_s,
+        "weights_left_dense_linears": len(loaded.weights.left_dense),
+    }
+    accuracy = loaded.accuracy.get(cell.id)
+    if accuracy is None:
+        make = loaded.engine.start_cache
+        accuracy = measure_accuracy(
+            loaded.model,
+            loaded.references[reference_key(cell)],
+            loaded.device,
+            None if make is None else make(cell.batch),
+            bound_for(cell.weight_quant, cell.kv_quant),
+        )
+        loaded.accuracy[cell.id] = accuracy
+    fields.update(accuracy.fields())
+    return fields

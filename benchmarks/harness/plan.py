@@ -33,6 +33,7 @@ from benchmarks.harness.device.freemem import FreeMemory, free_memory
 from benchmarks.harness.errors import KVError, PhasebenchError
 from benchmarks.harness.matrix.cells import Cell
 from benchmarks.harness.model.models import MODELS_DIR, load_model_spec
+from benchmarks.harness.quant.methods import quant_skip_reason
 from benchmarks.harness.roofline.fit import (
     FitEstimate,
     ModelFacts,
@@ -67,6 +68,8 @@ def skip_reason(cell: Cell, models_dir: Path | None = None) -> str | None:
                 f"{limit} (max_position_embeddings)"
             )
     if reason is None:
+        reason = quant_skip_reason(cell.weight_quant, cell.device, parse_dtype(cell.dtype))
+    if reason is None:
         reason = run_mode_skip_reason(cell, directory)
     if reason is None:
         reason = memory_fit_reason(cell, directory)
@@ -94,7 +97,8 @@ def memory_fit_reason(
 def fit_estimate(cell: Cell, models_dir: Path) -> FitEstimate:
     """Weights, cache and activation bytes of `cell` (`roofline.fit`), from its config alone."""
     dtype = parse_dtype(cell.dtype)
-    facts = _model_facts(cell.model, models_dir, cell.dtype)
+    device_type = torch.device(cell.device).type
+    facts = _model_facts(cell.model, models_dir, cell.dtype, cell.weight_quant, device_type)
     positions = cell.cache_positions or cell.final_positions
     errors: list[tuple[str, Exception]] = []
     cache_bytes: int | None = None
@@ -143,9 +147,12 @@ def _largest_layer_copy(layout: KVLayout, positions: int) -> int:
 
 
 @functools.cache
-def _model_facts(model: str, models_dir: Path, dtype: str) -> ModelFacts:
-    """Built on the meta device once per model file and dtype (seconds for an 8B model)."""
-    return model_facts(load_model_spec(model, models_dir), parse_dtype(dtype))
+def _model_facts(
+    model: str, models_dir: Path, dtype: str, quant: str, device_type: str
+) -> ModelFacts:
+    """Built on the meta device once per model file, dtype and weight quantization (seconds for
+    an 8B model)."""
+    return model_facts(load_model_spec(model, models_dir), parse_dtype(dtype), quant, device_type)
 
 
 @functools.cache

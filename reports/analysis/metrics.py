@@ -5,7 +5,16 @@
   `decode_step_s` (test_decode), `e2e_s` (test_generate), `time_s` for anything else.
 - **Scalar timings** phasebench adds per run in `extra_info` (`ttft_s`, `tpot_s`, ITL
   percentiles) and **peak memory** (`peak_*_bytes`) are noisy single values per run.
-- **Exact** metrics are deterministic byte counts: every `kv_*_bytes` and `weights_bytes`.
+- **Exact** metrics are deterministic byte counts: every `kv_*_bytes`, the weights' stored bytes
+  (`weights_bytes`), the same parameters unquantized (`weights_dense_bytes`), their prediction
+  (`weights_analytic_bytes`) and a quantized KV cache's packed bytes per cached position
+  (`kv_quant_bytes_per_token`; scales amortized, so it may be a fraction, still deterministic).
+  The dense `kv_bytes_per_token` stays unjudged as before: the judged `kv_*_final_bytes` hold it.
+- **Accuracy** fields (`accuracy_*`: a quantized cell's distance from the unquantized model) are
+  neither: not timings (no run effect, no noise model) and not exact (a kernel or library change
+  moves a logit by 1e-6 with nothing broken, which an exact comparison would fail). They are not
+  judged against history at all; what they mean is whether the cell is within its method's
+  bound in this run (`reports.analysis.accuracy`), which is said, never a verdict.
 
 Throughputs (`*_tok_per_s`) are derived from the timings and not judged twice; the decode slope
 can be negative and has no meaningful ratio.
@@ -67,14 +76,29 @@ def primary_metric(bench: BenchmarkResult) -> str:
     return PRIMARY_BY_MEASUREMENT.get(key, "time_s")
 
 
+#: Byte counts judged exactly beside every `kv_*_bytes` (module docstring).
+EXACT_METRICS = frozenset(
+    {"weights_bytes", "weights_dense_bytes", "weights_analytic_bytes", "kv_quant_bytes_per_token"}
+)
+#: Every exact metric's name ends so: a cheap first test over extra_info, which also holds long
+#: per-step lists.
+EXACT_SUFFIXES = ("_bytes", "_bytes_per_token")
+ACCURACY_PREFIX = "accuracy_"
+
+
+def is_accuracy_metric(name: str) -> bool:
+    """True for a quantized cell's accuracy fields (`accuracy_*`): never judged (docstring)."""
+    return name.startswith(ACCURACY_PREFIX)
+
+
 def is_timed_metric(name: str, kind: str) -> bool:
     """True for noisy seconds (`*_s`, not exact): the metrics a run's suite-wide effect moves."""
-    return name.endswith("_s") and kind != "exact"
+    return name.endswith("_s") and kind != "exact" and not is_accuracy_metric(name)
 
 
 def is_exact_metric(name: str) -> bool:
-    """True for deterministic byte counts: `kv_*_bytes` and `weights_bytes`."""
-    return name == "weights_bytes" or (name.startswith("kv_") and name.endswith("_bytes"))
+    """True for deterministic byte counts: `kv_*_bytes` and `EXACT_METRICS`."""
+    return name in EXACT_METRICS or (name.startswith("kv_") and name.endswith("_bytes"))
 
 
 def _number(value: object) -> float | None:
@@ -92,8 +116,7 @@ def metric_values(bench: BenchmarkResult) -> dict[str, tuple[MetricKind, tuple[f
         if name != primary and value is not None and value > 0:
             out[name] = ("scalar", (value,))
     for name, raw in bench.extra.items():
-        # cheap suffix test first: extra_info also holds long per-step lists
-        if name.endswith("_bytes") and is_exact_metric(name):
+        if name.endswith(EXACT_SUFFIXES) and is_exact_metric(name):
             value = _number(raw)
             if value is not None:
                 out[name] = ("exact", (value,))

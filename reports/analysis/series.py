@@ -314,6 +314,12 @@ def apply_holm(verdicts: Sequence[Verdict], config: AnalysisConfig) -> list[Verd
     return out
 
 
+def exact_change_text(delta: float) -> str:
+    """An exact metric's change for a note: whole bytes, or the fraction a per-token figure has."""
+    size = abs(delta)
+    return f"{size:,.0f}" if float(size).is_integer() else f"{size:,.6g}"
+
+
 def judge_exact(series: MetricSeries, config: AnalysisConfig) -> Verdict:
     """Deterministic metric: the current value against the last baseline value, exactly.
 
@@ -338,7 +344,8 @@ def judge_exact(series: MetricSeries, config: AnalysisConfig) -> Verdict:
     return replace(
         v,
         verdict="fail" if grew else "improved",
-        note=f"{'grew' if grew else 'shrank'} by {abs(cur - last):,.0f} (exact comparison)",
+        note=f"{'grew' if grew else 'shrank'} by {exact_change_text(cur - last)} (exact "
+        "comparison)",
     )
 
 

@@ -1,10 +1,10 @@
 """Render: everything a reader sees, as one self-contained HTML page and Markdown.
 
 Owns `report` (the report model built from history and verdicts), `headline` (the status, its
-reason and the lines for a human), `tables` (the "now" table,
-change grid, KV table), `roofline`, `runmode` (run-mode comparison tables), `html` (the page,
-the summary, the gate JSON), `ab` (the A/B page) and the jinja2 `templates/` and `static/`
-assets (uPlot, CSS, JS) inlined into the page.
+reason and the lines for a human), `tables` (the "now" table, change grid, KV table),
+`roofline`, `runmode` (run-mode comparison tables), `quant` (the quantization view), `html`
+(the page, the summary, the gate JSON), `ab` (the A/B page) and the jinja2 `templates/` and
+`static/` assets (uPlot, CSS, JS) inlined into the page.
 
 May import: reports.errors, reports.history, reports.analysis, jinja2.
 """

@@ -12,6 +12,9 @@ The status claims only what the verdicts support (DESIGN §7's statuses):
   verdict is undecided.
 - `pass` otherwise; a named shift below the threshold and implausible changes are said.
 
+Quantized cells outside their accuracy bound (`reports.analysis.accuracy`) are said on every
+status but `error`, and decide none: a finding for a human, like an implausible change.
+
 Deliberately not here: the statistics (`reports.analysis`), assembling the report
 (`reports.render.report`), formatting beyond one sentence.
 """
@@ -22,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from reports.analysis.accuracy import Accuracy
 from reports.analysis.flags import DriftRow, implausible_text
 from reports.analysis.judge import Lean, all_undecided
 from reports.analysis.series import Verdict, VerdictName
@@ -70,6 +74,8 @@ class MachineReport(Protocol):
     def stack_change_text(self) -> str: ...
     @property
     def implausible(self) -> list[Verdict]: ...
+    @property
+    def accuracy_flags(self) -> tuple[Accuracy, ...]: ...
 
 
 #: Leaning timings named in the headline (the rest: "and N more"; all in the report's table).
@@ -112,7 +118,8 @@ def earlier_text(machine: MachineReport) -> str:
 
 
 def attention_lines(machine: MachineReport) -> list[str]:
-    """BUSY, SHIFT, LEAN, IMPLAUSIBLE and DRIFT lines of one machine: what a human must see."""
+    """BUSY, SHIFT, LEAN, POOLED, IMPLAUSIBLE, ACCURACY and DRIFT lines of one machine: what a
+    human must see."""
     lines = []
     if machine.busy_text:
         lines.append(f"BUSY {machine.machine_id}: {machine.busy_text}: not judged as quiet")
@@ -126,6 +133,7 @@ def attention_lines(machine: MachineReport) -> list[str]:
         lines.append(
             f"IMPLAUSIBLE {v.fullname} {v.metric}: {implausible_text(v)} [{machine.machine_id}]"
         )
+    lines += [flag.line(machine.machine_id) for flag in machine.accuracy_flags]
     for row in machine.drifts:
         lines.append(f"DRIFT {row.fullname} {row.metric}: {row.text} [{machine.machine_id}]")
     if machine.suite_drift is not None:
@@ -154,28 +162,35 @@ def status(
     notes += [f"{m.machine_id}: {earlier_text(m)}" for m in machines if m.earlier]
     suffix = f" ({'; '.join(notes)})" if notes else ""
     odd = [v for m in machines for v in m.implausible]
+    # Said on every status, never deciding one (reports.analysis.accuracy: a finding for a human).
+    outside = sum(len(m.accuracy_flags) for m in machines)
+    accuracy = [f"{outside} quantized cell(s) outside their accuracy bound to check"]
+    accuracy = accuracy if outside else []
+    also = "".join(f"; {text}" for text in accuracy)
     shifted = [m for m in machines if m.shift is not None and m.shift.named]
     shift_parts = [shift_text(m.machine_id, m.shift) for m in shifted if m.shift is not None]
     if counts["fail"] or counts["missing"]:
         parts = []
         if odd:
             parts.append(f"{len(odd)} implausible change(s) to check")
+        parts += accuracy
         if counts["fail"]:
             parts.append(f"{counts['fail']} regression(s) beyond threshold and noise")
         if counts["missing"]:
             parts.append(f"{counts['missing']} baseline metric(s) missing from the current run")
         return "fail", "; ".join([*parts, *shift_parts]) + suffix
     if not any(v.compared for v in verdicts):
-        return "no-baseline", "nothing was compared: no baseline run has these benchmarks"
+        return "no-baseline", "nothing was compared: no baseline run has these benchmarks" + also
     busy = "; ".join(f"{m.machine_id}: {m.busy_text}" for m in machines if m.busy_text)
     if busy:
         return "inconclusive", (
             f"the run was disturbed, {busy}: nothing judged as if quiet; re-run on a quiet "
-            "machine" + suffix
+            "machine" + also + suffix
         )
     if undecided := _undecided(machines, shifted, verdicts, threshold):
-        return "inconclusive", undecided + suffix
+        return "inconclusive", undecided + also + suffix
     extra = [f"{len(odd)} implausible change(s) to check"] if odd else []
+    extra += accuracy
     below = [f"{text} (below the threshold)" for text in shift_parts]
     return "pass", "; ".join(["no regression beyond threshold and noise", *below, *extra]) + suffix
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import asdict
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ import jinja2
 
 from reports.analysis.flags import implausible
 from reports.analysis.series import Verdict
+from reports.render import quant
 from reports.render.changes import change_text, first_screen, interval_text, mde_text
 from reports.render.report import MachineReport, Report
 from reports.render.roofline import RooflineChart
@@ -118,7 +120,7 @@ def fmt_value(value: float | None, metric: str) -> str:
     """A metric value in its unit, chosen from the metric's name suffix."""
     if value is None:
         return "n/a"
-    if metric.endswith("_bytes"):
+    if metric.endswith(("_bytes", "_bytes_per_token")):
         return fmt_bytes(value)
     if metric.endswith("_s"):
         return fmt_seconds(value)
@@ -164,6 +166,10 @@ def environment(markdown: bool) -> jinja2.Environment:
         sortv=sort_value,
         md=md_escape,
         runmode_entry=entry_text,
+        quant_value=quant.value_text,
+        quant_ratio=quant.ratio_text,
+        quant_figure=quant.figure_text,
+        quant_accuracy=quant.accuracy_cells,
     )
     return env
 
@@ -332,6 +338,7 @@ def verdict_json(report: Report) -> dict[str, Any]:
                 ],
                 "removed_cells": list(m.removed),
                 "busy_cpu_pct": m.busy_cpu_pct,
+                "accuracy_flags": [asdict(a) for a in m.accuracy_flags],  # additive, as below
                 # additive fields (schema 1 readers ignore them): the common shift, the lean
                 "shift": None
                 if m.shift is None

@@ -14,6 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from reports.analysis.accuracy import Accuracy, accuracy_flags
 from reports.analysis.consistency import (
     ConsistencyRow,
     ConsistencySummary,
@@ -54,6 +55,7 @@ from reports.analysis.trends import (
 from reports.history.load import History, Run, SkippedFile
 from reports.history.selection import Comparison, Selection, StackChange, StackMark
 from reports.render.headline import EarlierRun, Status, status
+from reports.render.quant import QuantTable, quant_tables
 from reports.render.roofline import RooflineChart
 from reports.render.runmode import Table as RunModeTable
 from reports.render.runmode import comparison_tables
@@ -116,6 +118,8 @@ class MachineReport:
     shift: SuiteShift | None = None  # the timings' common shift (`analysis.shift`)
     lean: Lean | None = None  # the lean test of the undecided timings (`analysis.judge`)
     earlier: tuple[EarlierRun, ...] = ()  # this commit's earlier runs, pooled with the current
+    quant: tuple[QuantTable, ...] = ()  # current run's quantized cells against unquantized ones
+    accuracy_flags: tuple[Accuracy, ...] = ()  # current run's cells outside their accuracy bound
 
     @property
     def consistency_summary(self) -> ConsistencySummary:
@@ -252,6 +256,8 @@ def build_machine(
         removed=tuple(removed_cells(comparison, max_runs)),
         partial=current.partial,
         runmodes=tuple(comparison_tables(current.benchmarks.values())),
+        quant=tuple(quant_tables(current.benchmarks.values())),
+        accuracy_flags=accuracy_flags(current.benchmarks.values()),
         consistency=tuple(consistency_rows(current)),
         shift=shift,
         lean=lean,

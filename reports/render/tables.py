@@ -50,6 +50,9 @@ MEMORY_FIELDS = (
     "peak_reserved_sampled_bytes",
     "peak_rss_bytes",
 )
+#: The "peak memory" of a cell wherever the report shows one: the first of these it recorded
+#: (the device's allocator, MPS's sampled maximum, else the process's RSS).
+PEAK_MEMORY_FIELDS = ("peak_allocated_bytes", "peak_allocated_sampled_bytes", "peak_rss_bytes")
 ROOFLINE_FIELDS = (
     "prefill_flop_per_s",
     "prefill_pct_of_peak_flops",
@@ -191,11 +194,7 @@ def now_rows(run: Run) -> list[NowRow]:
         params.setdefault(bench.cell_id, {k: str(v) for k, v in bench.params.items()})
     rows = []
     for cell, extras in sorted(by_cell.items()):
-        peaks = [
-            v
-            for key in ("peak_allocated_bytes", "peak_allocated_sampled_bytes", "peak_rss_bytes")
-            if (v := _first(extras, key)) is not None
-        ]
+        peaks = [v for key in PEAK_MEMORY_FIELDS if (v := _first(extras, key)) is not None]
         rows.append(
             NowRow(
                 cell_id=cell,

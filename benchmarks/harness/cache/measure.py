@@ -1,8 +1,15 @@
 """The measured side of KV accounting: the bytes a cache object really holds.
 
-`measure_kv(cache)` walks a transformers cache (dynamic, static, sliding, hybrid, the legacy
-tuple form, or None) and sums its K/V tensors; `kv.analytic_kv` is what it must equal.
-Recurrent and conv state of linear-attention and Mamba layers is counted apart (`state_bytes`).
+`measure_kv(cache)` walks a transformers cache (dynamic, static, sliding, hybrid, quantized,
+the legacy tuple form, or None) and sums its K/V tensors; `kv.analytic_kv` (or, for a quantized
+cache, `quantized_kv.analytic_quantized_kv`) is what it must equal. Recurrent and conv state of
+linear-attention and Mamba layers is counted apart (`state_bytes`).
+
+A quantized layer counts every tensor it stores (`stored_tensors`): fp8's data and float32
+scale; HQQ's packed `W_q` and its meta's scale and zero; quanto's quantized tensor subclass
+flattened to its plain inner tensors (packed data, scale, shift); and the unquantized residual
+keys/values. Both the per-layer form (4.56+: `_quantized_keys`) and the 4.4x per-cache lists
+(`_quantized_key_cache`) are read.
 """
 
 from __future__ import annotations
@@ -69,6 +76,28 @@ def _add_storage(storages: dict[int, int], t: torch.Tensor) -> None:
     storages[storage._cdata] = storage.nbytes()
 
 
+def stored_tensors(obj: Any) -> Iterator[torch.Tensor]:
+    """The plain tensors that hold `obj`'s data: tensors, nested tuples/lists/dicts of them
+    (HQQ's meta dict: its shape, dtype and flag entries are not tensors) and tensor subclasses
+    (quanto's QTensors, a `PackedTensor` inside), flattened through `__tensor_flatten__`. A
+    subclass's own `numel * element_size` is its dequantized size, not what it stores."""
+    if isinstance(obj, torch.Tensor) and type(obj) is not torch.Tensor:
+        flatten = getattr(obj, "__tensor_flatten__", None)
+        if flatten is not None:
+            names, _context = flatten()
+            for name in names:
+                yield from stored_tensors(getattr(obj, name))
+            return
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, Mapping):
+        for value in obj.values():
+            yield from stored_tensors(value)
+    elif isinstance(obj, (tuple, list)):
+        for item in obj:
+            yield from stored_tensors(item)
+
+
 def _tensors(obj: Any) -> Iterator[torch.Tensor]:
     """Every tensor in obj: a tensor, a tuple/list/dict of them (nested), or None."""
     if obj is None:
@@ -86,15 +115,8 @@ def _tensors(obj: Any) -> Iterator[torch.Tensor]:
 def _layer_kv_tensors(layer: Any) -> list[torch.Tensor]:
     """K/V tensors of one `Cache.layers` entry (dynamic, sliding, quantized, hybrid, dummy)."""
     found: list[torch.Tensor] = []
-    for name in ("_quantized_keys", "_quantized_values"):  # fp8 keeps (data, scale) tuples
-        quantized = getattr(layer, name, None)
-        if isinstance(quantized, tuple):
-            found.extend(t for t in _tensors(quantized[0]))
-        elif quantized is not None:
-            raise KVError(
-                f"cache layer {type(layer).__name__} stores `{name}` as "
-                f"{type(quantized).__name__}; only fp8 QuantizedCache layers are supported."
-            )
+    for name in ("_quantized_keys", "_quantized_values"):  # quantized layers (4.56+)
+        found.extend(stored_tensors(getattr(layer, name, None)))
     for name in ("keys", "values", "indexer_keys"):
         value = getattr(layer, name, None)
         if isinstance(value, torch.Tensor):
@@ -134,6 +156,13 @@ def _cache_layers(cache: Any) -> tuple[list[list[torch.Tensor]], list[torch.Tens
     if isinstance(key_cache, (list, tuple)):  # transformers <= 4.53 (and Jamba's hybrid cache)
         value_cache = getattr(cache, "value_cache", [])
         layers = [[*_tensors(k), *_tensors(v)] for k, v in zip(key_cache, value_cache, strict=True)]
+        quantized_keys = getattr(cache, "_quantized_key_cache", None)  # 4.4x QuantizedCache
+        if isinstance(quantized_keys, list):
+            quantized_values = getattr(cache, "_quantized_value_cache", [])
+            for tensors, q_keys, q_values in zip(
+                layers, quantized_keys, quantized_values, strict=True
+            ):
+                tensors.extend([*stored_tensors(q_keys), *stored_tensors(q_values)])
         states = [
             *_tensors(getattr(cache, "conv_states", None)),
             *_tensors(getattr(cache, "ssm_states", None)),

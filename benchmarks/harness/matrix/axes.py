@@ -1,8 +1,9 @@
 """The run-mode axes of a matrix (DESIGN §9): their names, allowed values and validation.
 
 `attention` (the `attn_implementation` a model is built with), `cache` (transformers'
-`DynamicCache` or `StaticCache`) and `compile` (`torch.compile` mode of the model's forward, or
-`none`). A matrix names any of them optionally; `matrix/parse.py` expands them into cells. Whether
+`DynamicCache` or `StaticCache`), `compile` (`torch.compile` mode of the model's forward, or
+`none`), `quant` (how the Linear weights are stored) and `kv_quant` (how the KV cache is). A matrix
+names any of them optionally; `matrix/parse.py` expands them into cells. Whether
 *this machine* can run a value (flash-attn installed, CUDA present, the model type supports it)
 is decided at collection by `runmode.skip_reason`.
 
@@ -20,6 +21,23 @@ RUN_MODE_VALUES: dict[str, tuple[str, ...]] = {
     "attention": ("sdpa", "eager", "flex_attention", "flash_attention_2"),
     "cache": ("dynamic", "static"),
     "compile": ("none", "default", "reduce-overhead", "max-autotune"),
+    # Weight quantization (DESIGN-quant, docs/quantization.md): torchao's weight-only int8,
+    # dynamic-activation int8, int4 weight-only per group size, fp8 weight-only / dynamic
+    # activation; bitsandbytes' NF4 and LLM.int8. Embeddings and the LM head stay dense.
+    "quant": (
+        "none",
+        "int8wo",
+        "int8dq",
+        "int4wo-g32",
+        "int4wo-g64",
+        "int4wo-g128",
+        "fp8wo",
+        "fp8dq",
+        "nf4",
+        "bnb8",
+    ),
+    # KV-cache quantization: transformers' QuantizedCache with the fp8, HQQ or quanto backend.
+    "kv_quant": ("none", "fp8", "hqq2", "hqq4", "hqq8", "quanto2", "quanto4"),
 }
 RUN_MODE_AXES = tuple(RUN_MODE_VALUES)
 

@@ -9,11 +9,12 @@ optional `include:` list of whole extra cells. Every mistake a user can make in 
 The cell id (`qwen2.5-0.5b-cpu-bfloat16-b1-p512-n32`) is the history's primary key and is built
 in `Cell.id` and nowhere else.
 
-How the model runs (DESIGN §9) adds three optional axes, `attention`, `cache` and `compile`
-(values in `RUN_MODE_VALUES`), and the optional setting `max_cache_len` (static caches only;
-default P + N - 1). An axis joins the cell id (`-attn_sdpa-cache_static-compile_default`) and the
-flat `params` only when the matrix names it, so files without these axes keep their history keys.
-An `include:` entry may give lists for any axis: it adds the product of its lists.
+How the model runs (DESIGN §9) adds optional axes, `attention`, `cache`, `compile`, `quant` and
+`kv_quant` (values in `RUN_MODE_VALUES`), the optional setting `max_cache_len` (static caches
+only; default P + N - 1), and `kv_group_size` / `kv_residual` (quantized KV caches only). An
+axis joins the cell id (`-attn_sdpa-cache_static-compile_default`) and the flat `params` only when
+the matrix names it, so files without these axes keep their history keys. An `include:` entry may
+give lists for any axis: it adds the product of its lists.
 
 This module deliberately does not import torch or transformers (a broken matrix must fail in
 a fraction of a second), and does not decide whether *this machine* can run a cell: that is
@@ -38,7 +39,18 @@ SCHEMA = 1
 CELL_AXES = tuple(AXES.values())
 INT_AXES = ("batch", "prompt_len", "new_tokens")
 # How each run-mode axis appears in the cell id: `-attn_eager`, `-cache_static`, `-compile_none`.
-_ID_PREFIX = {"attention": "attn", "cache": "cache", "compile": "compile"}
+_ID_PREFIX = {
+    "attention": "attn",
+    "cache": "cache",
+    "compile": "compile",
+    "quant": "q",
+    "kv_quant": "kvq",
+}
+# A quantized KV cache's group size and residual window (transformers' defaults are 64 and
+# 128): set in the matrix, they are kept on cells whose `kv_quant` quantizes (and join the id).
+KV_QUANT_SETTINGS = ("kv_group_size", "kv_residual")
+DEFAULT_KV_GROUP_SIZE = 64
+DEFAULT_KV_RESIDUAL = 128
 # Settings apply to every cell; an `include:` entry may override them for itself.
 # `min_timed_s`: each module keeps timing rounds past `rounds` until they add up to this many
 # seconds (0: exactly `rounds`), so a figure is not a snapshot of a host whose memory bandwidth
@@ -56,6 +68,7 @@ TOP_LEVEL_KEYS = (
     *RUN_MODE_AXES,
     *DEFAULT_SETTINGS,
     "max_cache_len",
+    *KV_QUANT_SETTINGS,
     "measurements",
     "exclude",
     "include",
@@ -82,13 +95,20 @@ class Cell:
     compile: str | None = None
     # Positions a static cache allocates; None: P + N - 1 (only static cells carry it).
     max_cache_len: int | None = None
+    # Weight and KV quantization (None: the axis is not in the matrix, i.e. `none`).
+    quant: str | None = None
+    kv_quant: str | None = None
+    # Set explicitly in the matrix (None: the defaults above); only quantized-KV cells carry them.
+    kv_group_size: int | None = None
+    kv_residual: int | None = None
 
     @property
     def id(self) -> str:
         """The stable history key, e.g. `qwen2.5-0.5b-cpu-bfloat16-b1-p512-n32`.
 
         Run-mode axes append `-attn_<v>`, `-cache_<v>` (with `-len<L>` for an explicit
-        `max_cache_len`) and `-compile_<v>`, each only when the cell has that axis.
+        `max_cache_len`), `-compile_<v>`, `-q_<v>` and `-kvq_<v>` (with `-g<G>` and `-r<R>` for
+        an explicit `kv_group_size` / `kv_residual`), each only when the cell has that axis.
         """
         base = (
             f"{self.model}-{self.device}-{self.dtype}"
@@ -101,19 +121,50 @@ class Cell:
                 parts.append(f"{_ID_PREFIX[axis]}_{value}")
             if axis == "cache" and self.max_cache_len is not None:
                 parts.append(f"len{self.max_cache_len}")
+            if axis == "kv_quant":
+                if self.kv_group_size is not None:
+                    parts.append(f"g{self.kv_group_size}")
+                if self.kv_residual is not None:
+                    parts.append(f"r{self.kv_residual}")
         return "-".join(parts)
 
     @property
     def build_key(self) -> tuple[str, ...]:
         """Cells sharing this key share one built model: (model, device, dtype) and, where
-        present, the attention kernel, cache and compile mode (each changes the built model
-        or its wrapper, so each run mode gets its own build)."""
+        present, the attention kernel, cache, compile mode and weight quantization (each
+        changes the built model or its wrapper, so each gets its own build). `kv_quant` does
+        not: it changes only the cache the engine starts from."""
         run_mode = tuple(
             f"{axis}={getattr(self, axis)}"
             for axis in RUN_MODE_AXES
-            if getattr(self, axis) is not None
+            if getattr(self, axis) is not None and axis != "kv_quant"
         )
         return (self.model, self.device, self.dtype, *run_mode)
+
+    @property
+    def weight_quant(self) -> str:
+        """The weight quantization, `none` where the matrix has no `quant` axis."""
+        return self.quant or "none"
+
+    @property
+    def kv_quantized(self) -> bool:
+        """Whether this cell's KV cache is a quantized one."""
+        return self.kv_quant not in (None, "none")
+
+    @property
+    def quantized(self) -> bool:
+        """Whether weights or KV cache are quantized (the accuracy check runs on these)."""
+        return self.weight_quant != "none" or self.kv_quantized
+
+    @property
+    def kv_group(self) -> int:
+        """The quantized cache's group size (the matrix's, else transformers' default 64)."""
+        return DEFAULT_KV_GROUP_SIZE if self.kv_group_size is None else self.kv_group_size
+
+    @property
+    def kv_residual_len(self) -> int:
+        """Positions the quantized cache keeps unquantized before a flush (default 128)."""
+        return DEFAULT_KV_RESIDUAL if self.kv_residual is None else self.kv_residual
 
     @property
     def final_positions(self) -> int:
@@ -139,7 +190,7 @@ class Cell:
         Run-mode axes (and `max_cache_len`) appear only when the cell has them.
         """
         flat: dict[str, str | int] = {name: getattr(self, name) for name in CELL_AXES}
-        for name in (*RUN_MODE_AXES, "max_cache_len"):
+        for name in (*RUN_MODE_AXES, "max_cache_len", *KV_QUANT_SETTINGS):
             value = getattr(self, name)
             if value is not None:
                 flat[name] = value
@@ -165,7 +216,7 @@ class Cell:
         return cls(**{name: params[name] for name in names if name in params})
 
 
-_OPTIONAL_FIELDS = (*RUN_MODE_AXES, "max_cache_len", "min_timed_s")
+_OPTIONAL_FIELDS = (*RUN_MODE_AXES, "max_cache_len", *KV_QUANT_SETTINGS, "min_timed_s")
 
 
 @dataclass(frozen=True)

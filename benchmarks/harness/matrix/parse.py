@@ -19,6 +19,7 @@ from benchmarks.harness.matrix.axes import RUN_MODE_AXES, run_mode_axis
 from benchmarks.harness.matrix.cells import (
     CELL_AXES,
     DEFAULT_SETTINGS,
+    KV_QUANT_SETTINGS,
     MEASUREMENTS,
     SCHEMA,
     SETTING_MINIMUM,
@@ -105,6 +106,7 @@ def parse_matrix(data: Any, *, path: Path, known_models: Sequence[str]) -> Matri
     cache_len = None
     if "max_cache_len" in data:
         cache_len = whole_number(data["max_cache_len"], f"{where}: max_cache_len", 1)
+    kv_settings = _kv_settings(data, {}, where)
     excludes = parse_excludes(data.get("exclude", []), {**axes, **run_axes}, where)
     measurements = _measurements(data.get("measurements", list(MEASUREMENTS)), where)
 
@@ -116,8 +118,17 @@ def parse_matrix(data: Any, *, path: Path, known_models: Sequence[str]) -> Matri
         if any(matches(rule, point) for rule in excludes):
             excluded += 1
             continue
-        cells.append(_cell(point, settings, cache_len, where))
-    cells.extend(_includes(data.get("include", []), settings, cache_len, where, known_models))
+        cells.append(_cell(point, settings, cache_len, where, kv_settings))
+    cells.extend(
+        _includes(
+            data.get("include", []),
+            settings,
+            cache_len,
+            where,
+            known_models,
+            kv_settings=kv_settings,
+        )
+    )
 
     if not cells:
         raise MatrixError(
@@ -128,6 +139,11 @@ def parse_matrix(data: Any, *, path: Path, known_models: Sequence[str]) -> Matri
         raise MatrixError(
             f"{where}: max_cache_len sizes static caches, but no cell has `cache: static`; "
             "add `cache: [static]` or remove max_cache_len"
+        )
+    if kv_settings and not any(cell.kv_quantized for cell in cells):
+        raise MatrixError(
+            f"{where}: {' and '.join(kv_settings)} configure quantized KV caches, but no cell "
+            "has a `kv_quant` other than none; add `kv_quant: [hqq4]` (say) or remove them"
         )
     _check_unique(cells, where)
     return Matrix(
@@ -188,12 +204,30 @@ def _axis(data: Mapping[str, Any], key: str, where: str, known_models: Sequence[
     return checked
 
 
+def _kv_settings(
+    data: Mapping[str, Any], inherited: Mapping[str, int], where: str
+) -> dict[str, int]:
+    """`kv_group_size` / `kv_residual` set here (else `inherited`), each a whole number >= 1."""
+    found = dict(inherited)
+    for name in KV_QUANT_SETTINGS:
+        if name in data:
+            found[name] = whole_number(data[name], f"{where}: {name}", 1)
+    return found
+
+
 def _cell(
-    point: Mapping[str, Any], settings: Mapping[str, int], cache_len: int | None, where: str
+    point: Mapping[str, Any],
+    settings: Mapping[str, int],
+    cache_len: int | None,
+    where: str,
+    kv_settings: Mapping[str, int],
 ) -> Cell:
-    """A cell of `point` (axes) with `settings`; `max_cache_len` is kept on static cells only."""
+    """A cell of `point` (axes) with `settings`; `max_cache_len` is kept on static cells only,
+    `kv_group_size` / `kv_residual` on quantized-KV cells only."""
     own_len = cache_len if point.get("cache") == "static" else None
-    cell = Cell(**point, **settings, max_cache_len=own_len)  # type: ignore[arg-type]
+    quantized_kv = point.get("kv_quant") not in (None, "none")
+    own_kv = dict(kv_settings) if quantized_kv else {}
+    cell = Cell(**point, **settings, max_cache_len=own_len, **own_kv)  # type: ignore[arg-type]
     needed = max(cell.final_positions, cell.prompt_len + 1)
     positions = cell.cache_positions
     if positions is not None and positions < needed:
@@ -210,13 +244,15 @@ def _includes(
     cache_len: int | None,
     where: str,
     known_models: Sequence[str],
+    *,
+    kv_settings: Mapping[str, int],
 ) -> Iterable[Cell]:
     if not isinstance(raw, list):
         raise MatrixError(
             f"{where}: include must be a list of whole cells, e.g. `include: [{{model: ..., "
             "device: cpu, dtype: float32, batch: 1, prompt_len: 128, new_tokens: 32}]`"
         )
-    allowed = (*CELL_AXES, *RUN_MODE_AXES, *DEFAULT_SETTINGS, "max_cache_len")
+    allowed = (*CELL_AXES, *RUN_MODE_AXES, *DEFAULT_SETTINGS, "max_cache_len", *KV_QUANT_SETTINGS)
     for index, entry in enumerate(raw):
         here = f"{where}: include[{index}]"
         if not isinstance(entry, Mapping):
@@ -246,8 +282,9 @@ def _includes(
         own_len = cache_len
         if "max_cache_len" in entry:
             own_len = whole_number(entry["max_cache_len"], f"{here}.max_cache_len", 1)
+        own_kv = _kv_settings(entry, kv_settings, here)
         for values in itertools.product(*choices.values()):
-            yield _cell(dict(zip(choices, values, strict=True)), own, own_len, here)
+            yield _cell(dict(zip(choices, values, strict=True)), own, own_len, here, own_kv)
 
 
 def _check_unique(cells: Sequence[Cell], where: str) -> None:

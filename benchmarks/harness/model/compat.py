@@ -13,8 +13,10 @@
   sliding-window dynamic layers, 4.4x `key_cache` lists, legacy tuples) are shared, because the
   model never writes into them; everything else is cloned. No cropping is needed, so sliding
   layers that already dropped positions restore exactly. Copies are inference tensors on every
-  device, like the forward's. `copy_into` restores a cache whose buffers have fixed addresses
-  (`has_static_addresses`: a static cache a compiled graph keeps) by writing into them.
+  device, like the forward's. Tensor subclasses (quanto's quantized K/V, which `deepcopy`
+  refuses) are rebuilt from copies of their inner tensors. `copy_into` restores a cache whose
+  buffers have fixed addresses (`has_static_addresses`: a static cache a compiled graph keeps)
+  by writing into them.
 
 It deliberately does not load models, count KV bytes (`kv.py`) or decide what to measure.
 """
@@ -196,7 +198,30 @@ def copy_cache(cache: Any, device: torch.device | str | None = None) -> Any:
             memo = {id(t): t for t in _append_only_tensors(cache)}
         else:
             memo = {id(t): t.to(device, copy=True) for t in _all_tensors(cache)}
+        # Tensor subclasses (quanto's quantized K/V) are rebuilt from copies of their inner
+        # tensors: deepcopy refuses them, as their `clone` returns another type.
+        for t in _all_tensors(cache):
+            if type(t) is not torch.Tensor and hasattr(t, "__tensor_flatten__"):
+                memo[id(t)] = _copy_subclass(t, device)
         return copy.deepcopy(cache, memo=dict(memo))
+
+
+def _copy_subclass(tensor: torch.Tensor, device: torch.device | str | None) -> torch.Tensor:
+    """A copy of a traceable tensor subclass, inner tensors copied (onto `device`, if given)."""
+    names, context = tensor.__tensor_flatten__()  # type: ignore[attr-defined]
+    inner = {}
+    for name in names:
+        value = getattr(tensor, name)
+        if type(value) is not torch.Tensor:
+            inner[name] = _copy_subclass(value, device)
+        elif device is None:
+            inner[name] = value.clone()
+        else:
+            inner[name] = value.to(device, copy=True)
+    rebuilt: torch.Tensor = type(tensor).__tensor_unflatten__(  # type: ignore[attr-defined]
+        inner, context, tensor.size(), tensor.stride()
+    )
+    return rebuilt
 
 
 def has_static_addresses(cache: Any) -> bool:

@@ -15,6 +15,7 @@ download anything, choose attention kernels itself, or quantise weights.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 import os
@@ -271,6 +272,14 @@ def build_model(
         model = _AUTO_MODEL.from_config(config, **kwargs)
     fill_random_(model, device, seed)
     return model.eval()
+
+
+def build_meta_model(spec: ModelSpec, dtype: torch.dtype) -> Any:
+    """The architecture on the meta device (shapes only); a checkpoint from its config alone."""
+    if spec.source == "checkpoint":  # build_model would load the weights; the config suffices
+        mapping = spec.hf_config().to_dict()
+        spec = dataclasses.replace(spec, source="config", config=mapping, checkpoint=None)
+    return build_model(spec, torch.device("meta"), dtype)
 
 
 def build_model_reference(spec: ModelSpec, device: torch.device, dtype: torch.dtype) -> Any:

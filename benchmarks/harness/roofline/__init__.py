@@ -7,5 +7,5 @@ Owns `roofline` (FLOPs and bytes moved per prefill and decode step, the `extra_i
 weights + KV + activations, before building).
 
 May import: benchmarks.harness.errors, benchmarks.harness.device, benchmarks.harness.model,
-benchmarks.harness.cache, torch, psutil.
+benchmarks.harness.cache, benchmarks.harness.quant, torch, psutil.
 """

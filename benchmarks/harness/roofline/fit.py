@@ -38,7 +38,6 @@ This module does not read free memory (`device.freemem`) or decide skips (`plan`
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -49,7 +48,8 @@ import torch
 from benchmarks.harness.cache.kv import element_bytes
 from benchmarks.harness.device.freemem import FreeMemory
 from benchmarks.harness.model import compat
-from benchmarks.harness.model.models import ModelSpec, build_model
+from benchmarks.harness.model.models import ModelSpec, build_meta_model
+from benchmarks.harness.quant.predict import predict_weights
 from benchmarks.harness.roofline.flops import ModelShape
 from benchmarks.harness.roofline.traffic import weights_read_bytes
 
@@ -76,15 +76,18 @@ class ModelFacts:
     limits_logits: bool  # the forward takes `logits_to_keep` (else logits for all P)
 
 
-def model_facts(spec: ModelSpec, dtype: torch.dtype) -> ModelFacts:
-    """Build `spec` on the meta device (a checkpoint from its config only) and read its facts."""
-    if spec.source == "checkpoint":  # build_model would load the weights; the config suffices
-        mapping = spec.hf_config().to_dict()
-        spec = dataclasses.replace(spec, source="config", config=mapping, checkpoint=None)
-    model = build_model(spec, torch.device("meta"), dtype)
+def model_facts(
+    spec: ModelSpec, dtype: torch.dtype, quant: str = "none", device_type: str = "cpu"
+) -> ModelFacts:
+    """Build `spec` on the meta device (a checkpoint from its config only) and read its facts;
+    the weights as method `quant` stores them on `device_type`."""
+    model = build_meta_model(spec, dtype)
+    weights = weights_read_bytes(model, batch=_ALL_ROWS)
+    if quant != "none":  # the stored bytes the method will leave (`quant.predict`)
+        weights = predict_weights(model, quant, dtype=dtype, device_type=device_type).total_bytes
     return ModelFacts(
         config=model.config,
-        weights_bytes=weights_read_bytes(model, batch=_ALL_ROWS),
+        weights_bytes=weights,
         attention=str(getattr(model.config, "_attn_implementation", None) or "eager"),
         limits_logits=compat.logits_kwarg(model) is not None,
     )

@@ -52,6 +52,8 @@ traceback and never be printed as a one-line user error.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from torch import nn
 
 from benchmarks.harness.roofline.flops import (
@@ -94,8 +96,12 @@ def roofline_extra_info(
     peaks: Peaks,
     prefill_s: float | None = None,
     decode_step_s: float | None = None,
+    kv_total: Callable[[int], int] | None = None,
 ) -> dict[str, float | str | None]:
     """The roofline fields of a benchmark's `extra_info` (DESIGN §3).
+
+    `kv_total(positions)`: stored cache bytes for a cache that is not the dense dynamic one (a
+    quantized cache), so decode bytes are its compulsory, stored bytes (`traffic`).
 
     Give the median prefill time and/or the median decode step time measured at context
     `prompt_len`; the fields of a phase not given are None. Besides the rates, the analytic
@@ -129,7 +135,9 @@ def roofline_extra_info(
                 prompt_len=prompt_len,
                 logits_positions=prefill_logits_positions(model, prompt_len),
             ).total_flops
-            prefill_moved = prefill_bytes(model, batch=batch, prompt_len=prompt_len).total_bytes
+            prefill_moved = prefill_bytes(
+                model, batch=batch, prompt_len=prompt_len, kv_total=kv_total
+            ).total_bytes
             rate = flops / prefill_s
             fields["prefill_flop"] = flops
             fields["prefill_bytes"] = prefill_moved
@@ -141,7 +149,9 @@ def roofline_extra_info(
             step_flops = decode_step_flops(
                 model.config, batch=batch, context_len=prompt_len
             ).total_flops
-            moved = decode_step_bytes(model, batch=batch, context_len=prompt_len).total_bytes
+            moved = decode_step_bytes(
+                model, batch=batch, context_len=prompt_len, kv_total=kv_total
+            ).total_bytes
             rate = moved / decode_step_s
             fields["decode_flop"] = step_flops
             fields["decode_bytes"] = moved

@@ -5,6 +5,6 @@ Owns `decide` (what this machine can run, building a cell's model, the engine's 
 `kvlayout` (the KV layout a cell's cache implementation holds, checked against measurement).
 
 May import: benchmarks.harness.errors, benchmarks.harness.device, benchmarks.harness.model,
-benchmarks.harness.cache, benchmarks.harness.matrix, benchmarks.harness.engine, torch,
-transformers, packaging.
+benchmarks.harness.cache, benchmarks.harness.quant, benchmarks.harness.matrix,
+benchmarks.harness.engine, torch, transformers, packaging.
 """

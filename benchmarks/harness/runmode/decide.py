@@ -1,16 +1,17 @@
 """How a cell's model runs (DESIGN §9): what this machine can run, and building for a cell.
 
-* `skip_reason(cell)`: why the cell's attention kernel, cache or compile mode cannot run here
-  (None when it can), decided at collection from the model's config and class, the device and
-  the dtype: flash-attn not installed, a kernel the device or dtype lacks, a model type that does
-  not support the kernel or a static cache, `reduce-overhead` without CUDA, CUDA graphs
-  (`reduce-overhead`, `max-autotune` on CUDA) without a static cache, torch.compile on a CPU
-  without a C++ compiler.
+* `skip_reason(cell)`: why the cell's attention kernel, cache, compile mode or quantized KV
+  cache cannot run here (None when it can), decided at collection from the model's config and
+  class, the device and the dtype: flash-attn not installed, a kernel the device or dtype lacks,
+  a model type that does not support the kernel or a static cache, `reduce-overhead` without
+  CUDA, CUDA graphs (`reduce-overhead`, `max-autotune` on CUDA) without a static cache,
+  torch.compile on a CPU without a C++ compiler, a `kv_quant` backend this transformers or
+  machine lacks or a group size that cannot divide the cached tensors (`cache.quantized`).
 * `build_cell_model(spec, cell, device, dtype)`: the model built with the cell's
   `attn_implementation`, wrapped by `torch.compile` in the cell's mode (`compiled`).
 * `configure_engine(engine, cell)`: the engine's start cache for this cell (one early-allocated
-  `StaticCache` of `cell.cache_positions` positions, reset before each prefill, or the model's
-  own dynamic cache).
+  `StaticCache` of `cell.cache_positions` positions, reset before each prefill, a fresh empty
+  `QuantizedCache` per prefill for a `kv_quant` cell, or the model's own dynamic cache).
 * `measurement_skip_reason(cell, measurement)`: the harness-overhead module compares with HF
   `generate`, which picks its own cache and compile, so run-mode cells skip it.
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +33,16 @@ import transformers
 from packaging.version import Version
 
 from benchmarks.harness.cache import static as kv_static
+from benchmarks.harness.cache.quantized import (
+    KV_QUANT,
+    kv_quant_shape_reason,
+    kv_quant_unsupported_reason,
+    make_quantized_cache,
+)
+from benchmarks.harness.cache.quantobuild import ensure_quanto_built
 from benchmarks.harness.matrix.cells import Cell
 from benchmarks.harness.model.models import MODELS_DIR, ModelSpec, build_model, load_model_spec
+from benchmarks.harness.quant.methods import apply_quant
 from benchmarks.harness.runmode.compiled import compile_model, uses_cuda_graphs
 
 _TORCH_VERSION = Version(torch.__version__.split("+")[0])
@@ -65,7 +75,12 @@ def causal_lm_class(config: Any) -> type | None:
 
 def skip_reason(cell: Cell, models_dir: Path | None = None) -> str | None:
     """Why this machine cannot run the cell's run mode (a one-line reason), or None."""
-    if cell.attention is None and cell.cache is None and cell.compile is None:
+    if (
+        cell.attention is None
+        and cell.cache is None
+        and cell.compile is None
+        and not cell.kv_quantized
+    ):
         return None
     config, model_class = _model_facts(cell.model, MODELS_DIR if models_dir is None else models_dir)
     device_type = cell.device.split(":")[0]
@@ -73,6 +88,7 @@ def skip_reason(cell: Cell, models_dir: Path | None = None) -> str | None:
         attention_reason(cell.attention, device_type, cell.dtype, model_class)
         or cache_reason(cell.cache, config, model_class)
         or compile_reason(cell.compile, device_type, cell.cache)
+        or kv_quant_reason(cell, config, device_type)
     )
 
 
@@ -142,20 +158,56 @@ def compile_reason(compile_mode: str | None, device_type: str, cache: str | None
     return None
 
 
+def kv_quant_reason(cell: Cell, config: Any, device_type: str) -> str | None:
+    """Why the cell's quantized KV cache cannot run here or be accounted for exactly, or None."""
+    if not cell.kv_quantized:
+        return None
+    if cell.cache == "static":
+        return (
+            f"kv_quant {cell.kv_quant} is its own cache (a QuantizedCache that re-quantizes "
+            "its whole prefix as it grows), so it cannot be a static cache; remove "
+            "`cache: static` from these cells"
+        )
+    return kv_quant_unsupported_reason(
+        str(cell.kv_quant), config, device_type
+    ) or kv_quant_shape_reason(
+        str(cell.kv_quant),
+        config,
+        batch=cell.batch,
+        prompt_len=cell.prompt_len,
+        # The decode measurement steps once from P even when N = 1.
+        last_positions=max(cell.final_positions, cell.prompt_len + 1),
+        group_size=cell.kv_group,
+        residual=cell.kv_residual_len,
+    )
+
+
 def measurement_skip_reason(cell: Cell, measurement: str | None) -> str | None:
     """Why a measurement module skips this cell's run mode, or None."""
-    runs_differently = cell.cache == "static" or cell.compile not in (None, "none")
+    runs_differently = (
+        cell.cache == "static" or cell.compile not in (None, "none") or cell.kv_quantized
+    )
     if measurement == "overhead" and runs_differently:
         return (
             "the overhead comparison runs HF generate, which picks its own cache and compile; "
-            "it is measured on cells without a static cache or torch.compile"
+            "it is measured on cells without a static or quantized cache or torch.compile"
         )
     return None
 
 
-def build_cell_model(spec: ModelSpec, cell: Cell, device: torch.device, dtype: torch.dtype) -> Any:
-    """The model of `spec` built with the cell's attention kernel and compile mode."""
+def build_cell_model(
+    spec: ModelSpec,
+    cell: Cell,
+    device: torch.device,
+    dtype: torch.dtype,
+    before_quant: Callable[[Any], None] | None = None,
+) -> Any:
+    """The model of `spec` built with the cell's attention kernel, its weight quantization
+    (`quant.methods`; `before_quant` sees the dense model first) and its compile mode."""
     model = build_model(spec, device, dtype, seed=cell.seed, attention=cell.attention)
+    if before_quant is not None:
+        before_quant(model)
+    apply_quant(model, cell.weight_quant, device)
     compile_model(model, cell.compile)
     return model
 
@@ -165,9 +217,23 @@ def configure_engine(engine: Any, cell: Cell) -> None:
 
     A static cell gets one cache for all its prefills (`static.StaticCacheSlot`), allocated
     ahead of the first forward and reset before each: compiled graphs and CUDA graphs keep its
-    buffers' addresses.
+    buffers' addresses. A quantized-KV cell gets a new empty `QuantizedCache` per prefill
+    (`make_quantized_cache`); for quanto, its C++ extension is built here, before any timed
+    round (`quantobuild`: its first dequantization would compile it inside a decode step).
     """
     positions = cell.cache_positions
     engine.start_cache = None  # the previous cell's cache goes before this cell allocates its own
     if positions is not None:
         engine.start_cache = kv_static.StaticCacheSlot(engine.model, positions)
+    if cell.kv_quantized:
+        kv_quant = str(cell.kv_quant)
+        if KV_QUANT[kv_quant][0] == "quanto":
+            ensure_quanto_built(engine.device.type)
+        model, group_size, residual = engine.model, cell.kv_group, cell.kv_residual_len
+
+        def quantized_start_cache(batch: int) -> Any:
+            return make_quantized_cache(
+                model, kv_quant, group_size=group_size, residual=residual, batch=batch
+            )
+
+        engine.start_cache = quantized_start_cache

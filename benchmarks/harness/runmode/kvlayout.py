@@ -1,9 +1,13 @@
 """KV expectations per cache implementation, for the suite and the `kv --cache static` CLI.
 
 * `analytic_layout(cell, config, dtype=..., seq_len=...)`: the `kv.KVLayout` this cell's cache
-  holds after `seq_len` cached positions: the dynamic layout (`kv.analytic_kv`) or, for a static
-  cell, the static cache's allocated tensors. Its `total_bytes` is what
-  `measure.measure_kv(cache).logical_bytes` must read (`expected_logical_bytes`).
+  holds after `seq_len` cached positions: the dynamic layout (`kv.analytic_kv`), for a static
+  cell the static cache's allocated tensors, for a quantized-KV cell the quantized cache's
+  stored tensors after `seq_len - prompt_len` decode steps (`quantized_kv`). Its `total_bytes`
+  is what `measure.measure_kv(cache).logical_bytes` must read (`expected_logical_bytes`).
+* `kv_quant_fields(cell, config, dtype, context_len)`: a quantized-KV cell's packed bytes per
+  cached position and the estimated bytes a decode step at `context_len` reads (nothing for
+  other cells).
 * `static_fields(cell, config, dtype, cache, seq_len)`: a static cell's allocated and used
   bytes, analytic and measured, for `extra_info` (nothing for other cells).
 * `static_check(engine, prompt, cell, dtype)`: one untimed generation on the cell's static
@@ -25,6 +29,11 @@ import torch
 import transformers
 
 from benchmarks.harness.cache.kv import KVLayout, LayerKV, analytic_kv
+from benchmarks.harness.cache.quantized_kv import (
+    analytic_quantized_kv,
+    kv_dequant_read_bytes_estimate,
+    quantized_kv_bytes_per_token,
+)
 from benchmarks.harness.cache.static import (
     StaticKV,
     analytic_static_kv,
@@ -44,8 +53,20 @@ def analytic_layout(cell: Cell, config: Any, *, dtype: torch.dtype, seq_len: int
     """The K/V tensors this cell's cache holds after `seq_len` positions (DESIGN §4, §9).
 
     A static cell's layers hold their allocated positions, written or not; `used` bytes are
-    in `static_fields` and `static_check`.
+    in `static_fields` and `static_check`. A quantized-KV cell's cache was filled by a prefill
+    of `cell.prompt_len` positions, then `seq_len - prompt_len` decode steps.
     """
+    if cell.kv_quantized:
+        return analytic_quantized_kv(
+            config,
+            dtype=dtype,
+            batch=cell.batch,
+            prompt_len=cell.prompt_len,
+            seq_len=seq_len,
+            kv_quant=str(cell.kv_quant),
+            group_size=cell.kv_group,
+            residual=cell.kv_residual_len,
+        )
     dynamic = analytic_kv(config, dtype=dtype, batch=cell.batch, seq_len=seq_len)
     positions = cell.cache_positions
     if positions is None:
@@ -74,6 +95,41 @@ def _resized(shape: tuple[int, ...], positions: int) -> tuple[int, ...]:
 def expected_logical_bytes(cell: Cell, config: Any, dtype: torch.dtype, seq_len: int) -> int:
     """The logical K/V bytes this cell's cache holds after `seq_len` positions."""
     return analytic_layout(cell, config, dtype=dtype, seq_len=seq_len).total_bytes
+
+
+def kv_quant_fields(
+    cell: Cell, config: Any, dtype: torch.dtype, context_len: int | None = None
+) -> dict[str, Any]:
+    """`kv_quant_bytes_per_token` (the packed cache's growth per position, scales and zeros
+    amortized: the slope between flushes) and `kv_dequant_read_bytes_estimate` (what one decode
+    step at `context_len` reads, labelled an estimate: the packed prefix plus the dense K/V the
+    implementation dequantizes it into; only with a `context_len`, i.e. for a decode step); {}
+    for a cell whose cache is not quantized."""
+    if not cell.kv_quantized:
+        return {}
+    kv_quant = str(cell.kv_quant)
+    per_token = quantized_kv_bytes_per_token(
+        config, dtype=dtype, kv_quant=kv_quant, group_size=cell.kv_group, batch=cell.batch
+    )
+    if context_len is None:
+        return {"kv_quant_bytes_per_token": per_token}
+    return {
+        "kv_quant_bytes_per_token": per_token,
+        "kv_dequant_read_bytes_estimate": kv_dequant_read_bytes_estimate(
+            config,
+            dtype=dtype,
+            batch=cell.batch,
+            prompt_len=cell.prompt_len,
+            seq_len=context_len,
+            kv_quant=kv_quant,
+            group_size=cell.kv_group,
+            residual=cell.kv_residual_len,
+        ),
+        "kv_dequant_read_label": (
+            "estimate: the quantized prefix read, plus the dense K/V it is dequantized into "
+            "each step (attention's own reads and flush re-quantization not included)"
+        ),
+    }
 
 
 def static_fields(

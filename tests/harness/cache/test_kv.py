@@ -253,7 +253,8 @@ def test_measure_layers_dummy_linear_attention_and_fp8():
               _quantized_values=(fp8.clone(), torch.tensor(1.0))),
     ]  # fmt: skip
     measured = measure_kv(LayeredCache(layers))
-    assert measured.per_layer_bytes == (96, 0, 0, 48)
+    # The fp8 layer: 24 float8 elements and one 4-byte float32 scale, for K and for V.
+    assert measured.per_layer_bytes == (96, 0, 0, 2 * (24 + 4))
     assert measured.state_bytes == (32 + 16) * 4
 
 
@@ -281,17 +282,17 @@ def test_measure_none_is_empty_and_unknown_objects_raise():
 
 
 def test_measure_fp8_quantized_cache_of_a_real_model():
-    if not hasattr(transformers, "QuantizedCache") or "backend" not in (
-        transformers.QuantizedCache.__init__.__code__.co_varnames
-    ):
-        pytest.skip("QuantizedCache(backend='fp8') needs transformers >= 5.22")
+    if getattr(transformers.cache_utils, "Fp8QuantizedLayer", None) is None:
+        pytest.skip("QuantizedCache(backend='fp8') needs transformers >= 5.21")
     config = FAMILIES["llama"]()
     model = build_tiny(config)
     cache = transformers.QuantizedCache(backend="fp8", config=config)
     with torch.inference_mode():
         out = model(input_ids=torch.zeros(2, 10, dtype=torch.long), use_cache=True, cache=cache)
     expected = analytic_kv(config, dtype=torch.float8_e4m3fn, batch=2, seq_len=10)
-    assert measure_kv(out.cache).logical_bytes == expected.total_bytes
+    # One byte per element plus a float32 scale per K and per V tensor of each layer.
+    scales = 4 * 2 * len(expected.layers)
+    assert measure_kv(out.cache).logical_bytes == expected.total_bytes + scales
 
 
 def test_measured_tiny_llama_matches_through_a_real_loop():

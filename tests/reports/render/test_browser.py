@@ -219,3 +219,29 @@ def test_the_run_mode_section_renders_with_its_axes_and_the_grid_keeps_modes_in_
     shot = tmp_path / "runmode.png"
     proc = headless(chromium, tmp_path, f"--screenshot={shot}", (out / "index.html").as_uri())
     assert shot.stat().st_size > 50_000
+
+
+def test_the_quantization_section_renders_with_ratios_and_flags(chromium, tmp_path):
+    from tests.reports.render.test_quant_view import quant_history  # noqa: PLC0415 - shared data
+
+    out = tmp_path / "out"
+    assert main(["render", "--history", str(quant_history(tmp_path)), "--out", str(out)]) == 0
+    proc = headless(chromium, tmp_path, "--dump-dom", (out / "index.html").as_uri())
+    dom = proc.stdout
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert errors_in(dom) == []
+    assert 'data-ready="1"' in dom  # the page's script ran to the end with the section on it
+    assert 'id="m0-quant"' in dom
+    tables = re.findall(r'<table class="quant compact" data-quant="([^"]+)"[^>]*>(.*?)</table>',
+                        dom, re.S)  # fmt: skip
+    assert len(tables) == 3  # the synthetic suite's three cells
+    for _title, body in tables:
+        rows = dict(re.findall(r'<tr data-quant-row="([^"]+)"[^>]*>(.*?)</tr>', body, re.S))
+        assert list(rows) == ["none/none", "none/hqq4", "int8wo/hqq4", "int4wo-g32/none"]
+        ratios = [float(r) for r in re.findall(r'data-ratio="([^"]+)"', rows["int4wo-g32/none"])]
+        assert ratios[:3] == pytest.approx([2.0, 2.0, 0.25])  # prefill, decode, weights
+        assert 'data-ratio=""' in rows["none/none"]  # the baseline has no ratio to itself
+        assert rows["int8wo/hqq4"].count("\u2691") == 2  # both figures outside their bound
+    box = re.search(r'<li class="accuracy">(.*?)</li>\s*</ul>', dom, re.S)
+    assert box is not None
+    assert "Accuracy outside the bound" in box.group(1)

@@ -1,0 +1,169 @@
+"""Analytic weight bytes of a cell: per Linear, from its shape, the method and the device.
+
+`predict_weights(model, method, dtype=..., device_type=...)` walks a model (normally built on the
+meta device: shapes only) and says what each parameter will store after `methods.apply_quant`.
+For a quantized Linear with N output and K input features, in bytes (e = the cell dtype's
+element size, bias N * e where present):
+
+* `int8wo`, `int8dq`: N*K + 4*N (fp32 scale) + N (int8 zero point);
+* `fp8wo`, `fp8dq`: N*K + 4*N (fp32 row scale);
+* `int4wo-gG`, CPU (`Int4OpaqueTensor`): N*K/2 + (K/G)*N*2*e (scale and zero per group, in
+  the cell dtype); needs K % G == 0 (else torchao leaves it dense) and N % 16 == 0 (else
+  phasebench leaves it dense: the CPU packing refuses it);
+* `int4wo-gG`, CUDA (tinygemm tile packing, bfloat16): N'*K'/2 + (K'/G)*N'*2*2 with
+  N' = N rounded up to 8 and K' = K rounded up to 1024 (torchao pads both); K % G == 0 as above;
+* `nf4`: ceil(N*K/2) + 4*ceil(N*K/64) (fp32 absmax per block of 64) + 64 (the 16-entry fp32
+  code each layer keeps);
+* `bnb8`: N*K + 4*N (fp32 row scales).
+
+Every other parameter (embeddings, norms, the LM head, a Linear left dense) is numel * e, a
+tied one once. The result names every Linear left dense and why, so a user sees which layers
+the method did not reach. `stored.stored_weights` of the quantized model must equal it exactly.
+
+Verified against the stored tensors on CPU (torchao 0.18.0, bitsandbytes 0.50.2; float32,
+float16, bfloat16). The CUDA int4 and fp8 layouts are read from torchao 0.18's source and are
+asserted by the suite on the first GPU run like everything else.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from benchmarks.harness.quant.methods import (
+    CPU_INT4_N_MULTIPLE,
+    method,
+    output_linear,
+)
+
+NF4_BLOCK = 64
+NF4_CODE_BYTES = 16 * 4
+CUDA_INT4_K_MULTIPLE = 1024
+CUDA_INT4_N_MULTIPLE = 8
+
+
+@dataclass(frozen=True)
+class LinearBytes:
+    """One Linear's predicted storage (`method` none: left dense, with the reason)."""
+
+    name: str
+    out_features: int
+    in_features: int
+    method: str
+    bytes: int
+    dense_bytes: int
+    reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON for the `kv` CLI."""
+        found: dict[str, Any] = {
+            "name": self.name,
+            "shape": [self.out_features, self.in_features],
+            "method": self.method,
+            "bytes": self.bytes,
+            "dense_bytes": self.dense_bytes,
+        }
+        if self.reason:
+            found["left_dense_because"] = self.reason
+        return found
+
+
+@dataclass(frozen=True)
+class WeightPrediction:
+    """Predicted stored and dense bytes of a whole model's weights."""
+
+    method: str
+    total_bytes: int
+    dense_bytes: int
+    linears: tuple[LinearBytes, ...]
+
+    @property
+    def left_dense(self) -> tuple[LinearBytes, ...]:
+        """Linears the method does not quantize (the LM head always; more with a reason)."""
+        return tuple(layer for layer in self.linears if layer.method == "none")
+
+
+def _ceil_to(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def quantized_weight_bytes(
+    name: str, n: int, k: int, *, element_bytes: int, device_type: str
+) -> tuple[int | None, str]:
+    """Bytes of an [n, k] weight under method `name` (None: left dense, with the reason)."""
+    group = method(name).group_size
+    if group is not None:
+        return _int4_bytes(n, k, group, element_bytes=element_bytes, device_type=device_type)
+    if name in ("int8wo", "int8dq"):
+        return n * k + 4 * n + n, ""
+    if name in ("fp8wo", "fp8dq", "bnb8"):
+        return n * k + 4 * n, ""
+    if name == "nf4":
+        elements = n * k
+        return math.ceil(elements / 2) + 4 * math.ceil(elements / NF4_BLOCK) + NF4_CODE_BYTES, ""
+    return None, "not quantized"
+
+
+def _int4_bytes(
+    n: int, k: int, group: int, *, element_bytes: int, device_type: str
+) -> tuple[int | None, str]:
+    if k % group:
+        return None, f"K={k} is not a multiple of the group size {group} (torchao skips it)"
+    if device_type == "cuda":
+        n_pad = _ceil_to(n, CUDA_INT4_N_MULTIPLE)
+        k_pad = _ceil_to(k, CUDA_INT4_K_MULTIPLE)
+        return n_pad * k_pad // 2 + (k_pad // group) * n_pad * 2 * 2, ""
+    if n % CPU_INT4_N_MULTIPLE:
+        return None, f"N={n} is not a multiple of {CPU_INT4_N_MULTIPLE} (CPU int4 packing)"
+    return n * k // 2 + (k // group) * n * 2 * element_bytes, ""
+
+
+def predict_weights(
+    model: nn.Module, name: str, *, dtype: torch.dtype, device_type: str
+) -> WeightPrediction:
+    """Stored weight bytes of `model` after method `name` (see the module docstring)."""
+    element_bytes = torch.empty((), dtype=dtype).element_size()
+    head = output_linear(model)
+    quantizes = method(name).library != "none"
+    linears: list[LinearBytes] = []
+    total = 0
+    dense_total = 0
+    seen: set[int] = set()
+    for module_name, module in model.named_modules():
+        for param_name, param in module.named_parameters(recurse=False):
+            if id(param) in seen:
+                continue
+            seen.add(id(param))
+            dense = param.numel() * element_bytes
+            dense_total += dense
+            if not (isinstance(module, nn.Linear) and param_name == "weight"):
+                total += dense
+                continue
+            n, k = module.out_features, module.in_features
+            stored: int | None = None
+            reason = "the LM head stays in the cell's dtype"
+            if quantizes and module is not head:
+                stored, reason = quantized_weight_bytes(
+                    name, n, k, element_bytes=element_bytes, device_type=device_type
+                )
+            elif not quantizes:
+                reason = "quant none"
+            total += dense if stored is None else stored
+            linears.append(
+                LinearBytes(
+                    name=module_name,
+                    out_features=n,
+                    in_features=k,
+                    method="none" if stored is None else name,
+                    bytes=dense if stored is None else stored,
+                    dense_bytes=dense,
+                    reason="" if stored is not None else reason,
+                )
+            )
+    return WeightPrediction(
+        method=name, total_bytes=total, dense_bytes=dense_total, linears=tuple(linears)
+    )

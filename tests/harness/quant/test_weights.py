@@ -1,0 +1,184 @@
+"""Stored weight bytes through every quantized tensor type, against the analytic prediction.
+
+Every method that runs on CPU x two dtypes, on a tiny Llama whose shapes exercise the rules: the
+MLP's width 104 is not a multiple of 16 (CPU int4 leaves gate/up dense) nor of 32, 64 or 128
+(torchao leaves down_proj dense for every int4 group); the attention projections (K = 128) are
+quantized by every method. The prediction names each Linear left dense and why. These run under
+both transformers versions `nox -s tests` installs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from benchmarks.harness.model.models import ModelSpec, build_meta_model, build_model
+from benchmarks.harness.quant.methods import apply_quant, quant_skip_reason
+from benchmarks.harness.quant.predict import predict_weights, quantized_weight_bytes
+from benchmarks.harness.quant.stored import stored_weights
+from benchmarks.harness.roofline.traffic import weights_read_bytes
+
+CPU_METHODS = (
+    "int8wo",
+    "int8dq",
+    "int4wo-g32",
+    "int4wo-g64",
+    "int4wo-g128",
+    "fp8wo",
+    "nf4",
+    "bnb8",
+)
+LIBRARY = {"nf4": "bitsandbytes", "bnb8": "bitsandbytes"}
+
+
+def _spec(*, tied: bool = False, intermediate: int = 104) -> ModelSpec:
+    return ModelSpec.from_mapping(
+        {
+            "schema": 1,
+            "name": "quant-llama",
+            "source": "config",
+            "config": {
+                "model_type": "llama",
+                "num_hidden_layers": 2,
+                "hidden_size": 128,
+                "intermediate_size": intermediate,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "vocab_size": 96,
+                "max_position_embeddings": 64,
+                "tie_word_embeddings": tied,
+            },
+        }
+    )
+
+
+def _needs(method: str) -> None:
+    pytest.importorskip(LIBRARY.get(method, "torchao"))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("method", CPU_METHODS)
+def test_stored_bytes_equal_the_prediction(method, dtype):
+    _needs(method)
+    spec = _spec()
+    model = apply_quant(build_model(spec, torch.device("cpu"), dtype), method, torch.device("cpu"))
+    prediction = predict_weights(
+        build_meta_model(spec, dtype), method, dtype=dtype, device_type="cpu"
+    )
+    stored = stored_weights(model, dtype)
+    assert stored.stored_bytes == prediction.total_bytes
+    dense = sum(
+        p.numel() * p.element_size()
+        for p in build_model(spec, torch.device("cpu"), dtype).parameters()
+    )
+    assert stored.dense_bytes == prediction.dense_bytes == dense
+    assert stored.stored_bytes < dense  # the counter sees through the subclass, not the dense size
+    # The model still runs.
+    with torch.inference_mode():
+        assert model(input_ids=torch.tensor([[1, 2, 3]])).logits.shape == (1, 3, 96)
+
+
+def test_layers_left_dense_are_named_with_the_reason():
+    prediction = predict_weights(
+        build_meta_model(_spec(), torch.float32),
+        "int4wo-g64",
+        dtype=torch.float32,
+        device_type="cpu",
+    )
+    reasons = {layer.name.split(".")[-1]: layer.reason for layer in prediction.left_dense}
+    assert "N=104 is not a multiple of 16" in reasons["gate_proj"]
+    assert "K=104 is not a multiple of the group size 64" in reasons["down_proj"]
+    assert "LM head" in reasons["lm_head"]
+    assert "q_proj" not in reasons  # K = 64: quantized
+
+
+def test_formulas_by_hand():
+    # One [96, 256] weight in bfloat16 (e = 2).
+    assert quantized_weight_bytes("int8wo", 96, 256, element_bytes=2, device_type="cpu")[0] == (
+        96 * 256 + 4 * 96 + 96
+    )
+    assert quantized_weight_bytes("int4wo-g32", 96, 256, element_bytes=2, device_type="cpu")[0] == (
+        96 * 128 + 8 * 96 * 2 * 2
+    )
+    assert quantized_weight_bytes("nf4", 96, 256, element_bytes=2, device_type="cpu")[0] == (
+        96 * 128 + 4 * math.ceil(96 * 256 / 64) + 64
+    )
+    # CUDA's tinygemm packing pads K to 1024 and N to 8.
+    assert quantized_weight_bytes("int4wo-g128", 90, 256, element_bytes=2, device_type="cuda")[
+        0
+    ] == (96 * 1024 // 2 + (1024 // 128) * 96 * 2 * 2)
+
+
+def test_dense_model_bytes_are_todays_parameter_bytes():
+    model = build_model(_spec(tied=True), torch.device("cpu"), torch.bfloat16)
+    expected = sum(p.numel() * p.element_size() for p in model.parameters())  # tied once
+    assert any(True for _ in model.buffers())  # rotary tables exist and are not weights
+    assert stored_weights(model).stored_bytes == expected
+
+
+@pytest.mark.parametrize("method", ["int8wo", "nf4"])
+def test_roofline_reads_stored_bytes(method):
+    _needs(method)
+    model = apply_quant(
+        build_model(_spec(), torch.device("cpu"), torch.float32), method, torch.device("cpu")
+    )
+    stored = stored_weights(model).stored_bytes
+    embedding = model.get_input_embeddings().weight
+    rows_unread = (embedding.shape[0] - 1) * embedding.shape[1] * embedding.element_size()
+    assert weights_read_bytes(model, batch=1) == stored - rows_unread
+
+
+def test_torchao_leaves_inductor_config_as_found():
+    pytest.importorskip("torchao")
+    from torch._inductor import config as inductor_config  # noqa: PLC0415
+
+    before = inductor_config.save_config_portable()
+    for method in ("int8wo", "int8dq", "int4wo-g32", "fp8wo"):
+        apply_quant(
+            build_model(_spec(), torch.device("cpu"), torch.float32), method, torch.device("cpu")
+        )
+    assert inductor_config.save_config_portable() == before
+
+
+def test_hqq_and_quanto_modules_are_counted_through():
+    hqq = pytest.importorskip("hqq.core.quantize")
+    linear = nn.Linear(256, 96, bias=True).to(torch.bfloat16)
+    layer = hqq.HQQLinear(
+        linear, quant_config=hqq.BaseQuantizeConfig(nbits=4, group_size=64),
+        compute_dtype=torch.bfloat16, device="cpu",
+    )  # fmt: skip
+    # 4-bit data, bf16 scale and zero per group of 64, the bias.
+    assert stored_weights(nn.Sequential(layer)).stored_bytes == 96 * 128 + 2 * (96 * 4) * 2 + 96 * 2
+    quanto = pytest.importorskip("optimum.quanto")
+    model = nn.Sequential(nn.Linear(256, 96, bias=True)).to(torch.bfloat16)
+    quanto.quantize(model, weights=quanto.qint8)
+    quanto.freeze(model)
+    # int8 data, a bf16 scale per row, the bias, and the layer's two scalar activation scales.
+    assert stored_weights(model).stored_bytes == 96 * 256 + 96 * 2 + 96 * 2 + 2 * 2
+
+
+def test_skip_reasons():
+    assert "float8 dynamic activation needs a CUDA GPU" in quant_skip_reason(
+        "fp8dq", "cpu", torch.float32
+    )
+    assert quant_skip_reason("none", "mps", torch.float16) is None
+    assert "not verified" in (
+        quant_skip_reason("int8wo", "mps", torch.float16) or "torchao is not installed"
+    )
+
+
+def test_missing_package_names_the_install_command(monkeypatch):
+    import importlib.util  # noqa: PLC0415
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "bitsandbytes" else real(name, *a),
+    )
+    reason = quant_skip_reason("nf4", "cpu", torch.float32)
+    assert reason is not None
+    assert "pip install bitsandbytes==0.50.2" in reason
