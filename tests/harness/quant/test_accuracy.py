@@ -56,8 +56,10 @@ def test_int8_weights_deviate_a_little_and_pass_their_bound():
 def test_a_broken_path_is_flagged():
     reference = _reference(_model())
     broken = _model()
-    with torch.no_grad():  # a scale applied twice, say: one projection's weights doubled
-        broken.model.layers[0].mlp.down_proj.weight.mul_(2.0)
+    with torch.no_grad():  # a kernel applying its scale twice: every quantized Linear doubled
+        for module in broken.model.layers.modules():
+            if isinstance(module, torch.nn.Linear):
+                module.weight.mul_(2.0)
     accuracy = measure_accuracy(broken, reference, CPU, None, bound_for("int8wo", None))
     assert accuracy.flagged
     assert accuracy.fields()["accuracy_flag"] is True

@@ -1,0 +1,118 @@
+"""Measure the accuracy deviations behind `quant.accuracy.ACCURACY_BOUNDS` (docs/quantization.md).
+
+`python -m benchmarks.calibration.accuracy_bounds [--models a,b] [--seeds 0,1,2] [--prompt-len 64]
+[--new-tokens 24] [--kv-residual 16] [--json FILE]` builds each model (random weights, each seed)
+in float32 and bfloat16 (float32 only for models above 50M parameters: bfloat16 is emulated on
+AVX2 CPUs), runs the dense reference, then every weight method and every KV method that runs
+here through `measure_accuracy`, and prints per method the worst and median |Δ logit| in
+reference standard deviations, the least agreement, and the bound the rule (1.5 x worst, half
+the least agreement) gives. Nothing is timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from benchmarks.harness.cache.quantized import (
+    KV_QUANT,
+    kv_quant_unsupported_reason,
+    make_quantized_cache,
+)
+from benchmarks.harness.engine import make_prompt
+from benchmarks.harness.model.models import build_model, load_model_spec, parameter_count
+from benchmarks.harness.quant.accuracy import Bound, measure_accuracy, reference_outputs
+from benchmarks.harness.quant.methods import METHODS, apply_quant, quant_skip_reason
+
+CPU = torch.device("cpu")
+LARGE_PARAMETERS = 50_000_000
+
+
+def _rows(args: argparse.Namespace) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for name in args.models.split(","):
+        spec = load_model_spec(name)
+        large = parameter_count(build_model(spec, torch.device("meta"), torch.float32))
+        dtypes = [torch.float32] if large > LARGE_PARAMETERS else [torch.float32, torch.bfloat16]
+        for dtype in dtypes:
+            for seed in (int(s) for s in args.seeds.split(",")):
+                rows.extend(_one(args, name, dtype, seed))
+                print(f"{name} {dtype} seed {seed} done", file=sys.stderr)
+    return rows
+
+
+def _one(
+    args: argparse.Namespace, name: str, dtype: torch.dtype, seed: int
+) -> list[dict[str, Any]]:
+    spec = load_model_spec(name)
+    dense = build_model(spec, CPU, dtype, seed=seed)
+    vocab = int(dense.config.get_text_config().vocab_size)
+    reference = reference_outputs(
+        dense, CPU, make_prompt(1, args.prompt_len, vocab, seed), args.new_tokens
+    )
+    spread = float(reference.logits.std())
+    found = []
+    for method in METHODS[1:]:
+        if quant_skip_reason(method, CPU, dtype) is not None:
+            continue
+        model = apply_quant(build_model(spec, CPU, dtype, seed=seed), method, CPU)
+        found.append((method, measure_accuracy(model, reference, CPU, None, Bound(0.0, 0.0))))
+    for kv in KV_QUANT:
+        if kv_quant_unsupported_reason(kv, dense.config, "cpu") is not None:
+            continue
+        cache = make_quantized_cache(dense, kv, group_size=64, residual=args.kv_residual, batch=1)
+        found.append((kv, measure_accuracy(dense, reference, CPU, cache, Bound(0.0, 0.0))))
+    return [
+        {
+            "model": name,
+            "dtype": str(dtype).removeprefix("torch."),
+            "seed": seed,
+            "method": method,
+            "delta_std": accuracy.max_abs_logit_delta / spread,
+            "agreement_ratio": accuracy.top1_agreement_ratio,
+        }
+        for method, accuracy in found
+    ]
+
+
+def summary(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """One line per method: worst and median delta, least agreement, the bound the rule gives."""
+    lines = []
+    for method in dict.fromkeys(row["method"] for row in rows):
+        mine = [row for row in rows if row["method"] == method]
+        deltas = sorted(row["delta_std"] for row in mine)
+        least = min(row["agreement_ratio"] for row in mine)
+        lines.append(
+            f"{method:12s} worst {deltas[-1]:.3f} std (median {deltas[len(deltas) // 2]:.3f}), "
+            f"least agreement {least:.3f}, n={len(mine)} -> "
+            f"Bound({math.ceil(15 * deltas[-1]) / 10}, {math.floor(10 * least) / 20})"
+        )
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Measure, print the summary (and the rows as JSON with --json)."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.calibration.accuracy_bounds")
+    parser.add_argument("--models", default="tiny-llama,tiny-qwen2,smollm2-135m")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--prompt-len", type=int, default=64)
+    parser.add_argument("--new-tokens", type=int, default=24)
+    parser.add_argument("--kv-residual", type=int, default=16)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+    rows = _rows(args)
+    if args.json is not None:
+        args.json.write_text(json.dumps(rows, indent=1), encoding="utf-8")
+    print("\n".join(summary(rows)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
