@@ -29,7 +29,8 @@ from benchmarks.harness.cache.quantized import (
 from benchmarks.harness.engine import make_prompt
 from benchmarks.harness.model.models import build_model, load_model_spec, parameter_count
 from benchmarks.harness.quant.accuracy import Bound, measure_accuracy, reference_outputs
-from benchmarks.harness.quant.methods import METHODS, apply_quant, quant_skip_reason
+from benchmarks.harness.quant.methods import apply_quant, quant_skip_reason
+from benchmarks.harness.quant.names import METHODS
 
 CPU = torch.device("cpu")
 LARGE_PARAMETERS = 50_000_000

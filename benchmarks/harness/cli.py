@@ -69,7 +69,8 @@ from benchmarks.harness.model.models import (
     load_model_spec,
     parameter_count,
 )
-from benchmarks.harness.quant.methods import METHODS, apply_quant, quant_skip_reason
+from benchmarks.harness.quant.methods import apply_quant, quant_skip_reason
+from benchmarks.harness.quant.names import METHODS
 from benchmarks.harness.quant.weights_cli import weights_measured, weights_report
 from benchmarks.harness.runmode.kvlayout import run_static_cli
 from benchmarks.harness.runmode.kvquant import add_quantized_kv

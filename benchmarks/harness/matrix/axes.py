@@ -16,6 +16,7 @@ import difflib
 from typing import Any
 
 from benchmarks.harness.errors import MatrixError
+from benchmarks.harness.quant.names import METHODS as QUANT_METHODS
 
 RUN_MODE_VALUES: dict[str, tuple[str, ...]] = {
     "attention": ("sdpa", "eager", "flex_attention", "flash_attention_2"),
@@ -24,18 +25,7 @@ RUN_MODE_VALUES: dict[str, tuple[str, ...]] = {
     # Weight quantization (DESIGN-quant, docs/quantization.md): torchao's weight-only int8,
     # dynamic-activation int8, int4 weight-only per group size, fp8 weight-only / dynamic
     # activation; bitsandbytes' NF4 and LLM.int8. Embeddings and the LM head stay dense.
-    "quant": (
-        "none",
-        "int8wo",
-        "int8dq",
-        "int4wo-g32",
-        "int4wo-g64",
-        "int4wo-g128",
-        "fp8wo",
-        "fp8dq",
-        "nf4",
-        "bnb8",
-    ),
+    "quant": QUANT_METHODS,
     # KV-cache quantization: transformers' QuantizedCache with the fp8, HQQ or quanto backend.
     "kv_quant": ("none", "fp8", "hqq2", "hqq4", "hqq8", "quanto2", "quanto4"),
 }

@@ -37,18 +37,8 @@ from typing import Any
 import torch
 from torch import nn
 
-METHODS = (
-    "none",
-    "int8wo",
-    "int8dq",
-    "int4wo-g32",
-    "int4wo-g64",
-    "int4wo-g128",
-    "fp8wo",
-    "fp8dq",
-    "nf4",
-    "bnb8",
-)
+from benchmarks.harness.quant.names import METHODS
+
 # The pinned versions of the optional `quant` dependency group (pyproject.toml).
 INSTALL = {
     "torchao": "pip install torchao==0.18.0",
