@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.harness.cache.kv import KVLayout
+from benchmarks.harness.cache.kv import KVLayout, analytic_kv
 from benchmarks.harness.cache.state import analytic_state
 from benchmarks.harness.device.devices import (
     device_unavailable_reason,
@@ -108,7 +108,11 @@ def fit_estimate(cell: Cell, models_dir: Path) -> FitEstimate:
         state = analytic_state(facts.config, dtype=dtype, batch=cell.batch)
         cache_bytes = layout.total_bytes + state.total_bytes
         if cell.cache_positions is None:
-            largest_layer_bytes = _largest_layer_copy(layout, cell.final_positions)
+            # A quantized cache dequantizes a layer's whole prefix each step: the transient
+            # copy is the dense layer's, not its packed bytes.
+            dense = analytic_kv(facts.config, dtype=dtype, batch=cell.batch, seq_len=1)
+            copied = dense if cell.kv_quantized else layout
+            largest_layer_bytes = _largest_layer_copy(copied, cell.final_positions)
     except KVError as error:
         errors.append(("KV", error))
     activations: int | None = None

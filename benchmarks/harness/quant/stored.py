@@ -57,14 +57,18 @@ def _bnb_kind(t: torch.Tensor) -> str | None:
 
 
 def _leaves(t: Any) -> Iterator[torch.Tensor]:
-    """The plain tensors that hold `t`'s data: a subclass's inner tensors, recursively."""
+    """The plain tensors that hold `t`'s data: a subclass's inner tensors, recursively.
+
+    A plain parameter is yielded itself, never its `.data` (a new object at every access: on the
+    meta device, where views are told apart by `id`, a dead temporary's id is reused).
+    """
     inner = t.data if isinstance(t, nn.Parameter) else t
     if type(inner) is not torch.Tensor and hasattr(inner, "__tensor_flatten__"):
         names, _context = inner.__tensor_flatten__()
         for name in names:
             yield from _leaves(getattr(inner, name))
-    elif isinstance(inner, torch.Tensor):
-        yield inner
+    elif isinstance(t, torch.Tensor):
+        yield t
 
 
 def _nested(obj: Any, depth: int = 0) -> Iterator[torch.Tensor]:

@@ -182,3 +182,24 @@ def test_missing_package_names_the_install_command(monkeypatch):
     reason = quant_skip_reason("nf4", "cpu", torch.float32)
     assert reason is not None
     assert "pip install bitsandbytes==0.50.2" in reason
+
+
+def test_the_fit_estimate_reads_predicted_bytes():
+    pytest.importorskip("torchao")
+    from benchmarks.harness.matrix.cells import Cell  # noqa: PLC0415
+    from benchmarks.harness.model.models import MODELS_DIR  # noqa: PLC0415
+    from benchmarks.harness.plan import fit_estimate  # noqa: PLC0415
+
+    def cell(**axes):
+        return Cell("qwen2.5-0.5b", "cpu", "float32", 1, 512, 32, 1, 1, 0, **axes)
+
+    dense, int4, kv = (
+        fit_estimate(c, MODELS_DIR)
+        for c in (cell(), cell(quant="int4wo-g64"), cell(kv_quant="hqq4"))
+    )
+    assert int4.weights_bytes < 0.5 * dense.weights_bytes  # the embedding stays dense
+    assert kv.cache_bytes is not None
+    assert dense.cache_bytes is not None
+    assert kv.cache_bytes < 0.5 * dense.cache_bytes
+    # A quantized cache still dequantizes a whole layer each step: the same transient copy.
+    assert kv.activation_bytes == dense.activation_bytes
