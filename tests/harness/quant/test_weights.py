@@ -197,6 +197,8 @@ def test_the_fit_estimate_reads_predicted_bytes():
         fit_estimate(c, MODELS_DIR)
         for c in (cell(), cell(quant="int4wo-g64"), cell(kv_quant="hqq4"))
     )
+    # 494,032,768 float32 parameters, read on the meta device (each parameter once).
+    assert dense.weights_bytes == 494_032_768 * 4
     assert int4.weights_bytes < 0.5 * dense.weights_bytes  # the embedding stays dense
     assert kv.cache_bytes is not None
     assert dense.cache_bytes is not None
