@@ -80,7 +80,9 @@ def _torch_constraint(session: nox.Session) -> str:
     found = re.search(r"TORCH (\S+)", out if isinstance(out, str) else "")
     if found is None:
         session.error("torch is not importable after installing it; see the pip output above")
-    path = Path(session.create_tmp()) / "torch-constraint.txt"
+    # In the environment's own folder: `session.create_tmp()` would also point TMPDIR into the
+    # repository for everything the session runs (pytester's node ids then carry `.nox/...`).
+    path = Path(session.virtualenv.location) / "torch-constraint.txt"
     path.write_text(f"torch=={found.group(1)}\n", encoding="utf-8")
     return str(path)
 

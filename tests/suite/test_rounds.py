@@ -151,7 +151,9 @@ def test_every_rounds_peak_is_weights_plus_its_cache_plus_activations(allocator)
     )
     rounds.pedantic(FakeBenchmark(), rounds=4)
     assert [s.peak_allocated_bytes for s in rounds.peaks] == [expected] * 4
-    assert memory_fields(rounds.peaks, WEIGHTS)["peak_allocated_bytes"] == expected
+    fields = memory_fields(rounds.peaks, {"weights_bytes": WEIGHTS})
+    assert fields["peak_allocated_bytes"] == expected
+    assert fields["weights_bytes"] == WEIGHTS
     assert rounds.last.positions == PROMPT + 1  # the last output stays readable after the rounds
     del rounds
     assert allocator.current == WEIGHTS
