@@ -184,8 +184,10 @@ class ModelCache:
         if cell.quantized and cell not in siblings:
             siblings.append(cell)
         references: dict[tuple[int, int, int, int], Reference] = {}
+        quant_started_s = started_s
 
         def before_quant(model: Any) -> None:
+            nonlocal quant_started_s
             # Untimed: the dense model's outputs for the accuracy check (`quant.accuracy`).
             for sibling in siblings:
                 key = reference_key(sibling)
@@ -194,13 +196,12 @@ class ModelCache:
                     vocab = int(model.config.get_text_config().vocab_size)
                     prompt = make_prompt(batch, prompt_len, vocab, seed)  # the cell's prompt
                     references[key] = reference_outputs(model, device, prompt, new_tokens)
-            quant_started_s[0] = time.perf_counter()
+            quant_started_s = time.perf_counter()
 
-        quant_started_s = [started_s]
         # The cell's attention kernel, weight quantization and torch.compile mode (DESIGN §9).
         model = build_cell_model(spec, cell, device, dtype, before_quant=before_quant)
         build_s = time.perf_counter() - started_s
-        quantize_s = time.perf_counter() - quant_started_s[0] if quant != "none" else 0.0
+        quantize_s = time.perf_counter() - quant_started_s if quant != "none" else 0.0
         if quant != "none":
             trim_host_heap()  # the dense weights just replaced, freed but still in the heap
         stored = stored_weights(model, dtype)

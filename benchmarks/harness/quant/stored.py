@@ -121,27 +121,6 @@ def logical_numel(param: torch.Tensor) -> int:
     return int(param.numel())
 
 
-def weight_tensors(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-    """(qualified name, plain tensor) for every stored weight tensor, each view once."""
-    seen: set[tuple[Any, ...]] = set()
-    for module_name, module in model.named_modules():
-        own = list(module.named_parameters(recurse=False))
-        quantized = any(is_quantized_tensor(p) for _, p in own) or _is_hqq(module)
-        found: list[tuple[str, torch.Tensor]] = []
-        for name, param in own:
-            found.extend((f"{name}", leaf) for leaf in _leaves(param))
-            found.extend((f"{name}.state", t) for t in _side_tensors(module, param))
-        if quantized:
-            found.extend(_hqq_tensors(module))
-            found.extend((name, t) for name, t in module.named_buffers(recurse=False))
-        for name, tensor in found:
-            key = _key(tensor)
-            if key in seen:
-                continue
-            seen.add(key)
-            yield (f"{module_name}.{name}" if module_name else name), tensor
-
-
 def _is_hqq(module: nn.Module) -> bool:
     return type(module).__name__ == "HQQLinear"
 
@@ -159,14 +138,18 @@ def _hqq_tensors(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
 
 def stored_weights(model: nn.Module, dtype: torch.dtype | None = None) -> StoredWeights:
     """Stored bytes of `model`'s weights and their dense size in `dtype` (default: as held)."""
-    stored = sum(t.numel() * t.element_size() for _, t in weight_tensors(model))
+    stored = sum(param_stored_bytes(model).values())  # each tensor view once, side tensors too
     dense = 0
     quantized = 0
     for param in model.parameters():  # tied parameters once
         if is_quantized_tensor(param):
             quantized += 1
-            size = torch.empty((), dtype=dtype).element_size() if dtype is not None else 0
-            dense += logical_numel(param) * (size or _logical_element_size(param))
+            element = (
+                _logical_element_size(param)
+                if dtype is None
+                else torch.empty((), dtype=dtype).element_size()
+            )
+            dense += logical_numel(param) * element
         else:
             dense += param.numel() * param.element_size()
     return StoredWeights(stored_bytes=stored, dense_bytes=dense, quantized_modules=quantized)

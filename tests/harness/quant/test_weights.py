@@ -17,20 +17,13 @@ from torch import nn
 
 from benchmarks.harness.model.models import ModelSpec, build_meta_model, build_model
 from benchmarks.harness.quant.methods import apply_quant, quant_skip_reason
+from benchmarks.harness.quant.names import METHODS
 from benchmarks.harness.quant.predict import predict_weights, quantized_weight_bytes
 from benchmarks.harness.quant.stored import stored_weights
 from benchmarks.harness.roofline.traffic import weights_read_bytes
 
-CPU_METHODS = (
-    "int8wo",
-    "int8dq",
-    "int4wo-g32",
-    "int4wo-g64",
-    "int4wo-g128",
-    "fp8wo",
-    "nf4",
-    "bnb8",
-)
+# Every method but fp8dq (CUDA sm89+ only) runs on CPU.
+CPU_METHODS = tuple(m for m in METHODS if m not in ("none", "fp8dq"))
 LIBRARY = {"nf4": "bitsandbytes", "bnb8": "bitsandbytes"}
 
 
