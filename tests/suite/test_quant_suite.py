@@ -3,14 +3,9 @@ asserted, accuracy against the dense model recorded, unavailable methods skipped
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.suite_run import run_suite
 
 pytest.importorskip("torchao")
 pytest.importorskip("bitsandbytes")
@@ -38,21 +33,7 @@ rounds: 2
 
 @pytest.fixture(scope="module")
 def history(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list[dict]]:
-    base = tmp_path_factory.mktemp("quant")
-    (base / "m.yaml").write_text(MATRIX, encoding="utf-8")
-    command = [
-        sys.executable, "-m", "pytest", str(ROOT / "benchmarks"),
-        "-c", str(ROOT / "pyproject.toml"),
-        "-p", "no:cacheprovider", "-rs", "--peaks", "none", "--matrix", str(base / "m.yaml"),
-        f"--benchmark-storage=file://{base / 'history'}",
-    ]  # fmt: skip
-    done = subprocess.run(  # the exit code is asserted below, with the output
-        command, check=False, cwd=base, capture_output=True, text=True, timeout=900
-    )
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    files = sorted((base / "history").rglob("*.json"))
-    assert len(files) == 1
-    return done.stdout, json.loads(files[0].read_text())["benchmarks"]
+    return run_suite(tmp_path_factory.mktemp("quant"), MATRIX, timeout_s=900)
 
 
 def test_fp8dq_is_skipped_at_collection_with_the_reason(history):

@@ -1,0 +1,30 @@
+"""Run the benchmark suite on a matrix in a subprocess, as a user would, for end-to-end tests."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_suite(base: Path, matrix: str, timeout_s: int = 600) -> tuple[str, list[dict[str, Any]]]:
+    """`pytest benchmarks --matrix` on `matrix` (YAML text) in `base`; asserts exit 0 and one
+    history file; returns the terminal output and the saved benchmarks."""
+    (base / "m.yaml").write_text(matrix, encoding="utf-8")
+    command = [
+        sys.executable, "-m", "pytest", str(ROOT / "benchmarks"),
+        "-c", str(ROOT / "pyproject.toml"),
+        "-p", "no:cacheprovider", "-rs", "--peaks", "none", "--matrix", str(base / "m.yaml"),
+        f"--benchmark-storage=file://{base / 'history'}",
+    ]  # fmt: skip
+    done = subprocess.run(  # the exit code is asserted below, with the output
+        command, check=False, cwd=base, capture_output=True, text=True, timeout=timeout_s
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    files = sorted((base / "history").rglob("*.json"))
+    assert len(files) == 1
+    return done.stdout, json.loads(files[0].read_text())["benchmarks"]
