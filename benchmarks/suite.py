@@ -333,7 +333,11 @@ class Rounds:
         `keep(output)` per timed round. Returns how many rounds were timed."""
         self._keep = keep
         # A compiled cell fails if torch.compile (re)compiles in the timed rounds (DESIGN §9).
-        from benchmarks.calibration.slowdown import maybe_slow_region  # noqa: PLC0415 - torch
+        from benchmarks.calibration.slowdown import (  # noqa: PLC0415 - torch
+            LEDGER,
+            maybe_slow_region,
+            waited_extra_info,
+        )
         from benchmarks.harness.device.cpustate import OthersCpuMeter  # noqa: PLC0415 - psutil
         from benchmarks.harness.device.devstate import meter_for  # noqa: PLC0415 - torch
         from benchmarks.harness.device.fpstate import pin_fp_state, read_fp_state  # noqa: PLC0415
@@ -354,7 +358,9 @@ class Rounds:
             info["warm_round_s"] = warm_s  # what `min_timed_s` counted the rounds from
             others.start()
             device_state.start()  # GPU state and energy, read around the rounds only
+            waited_before_s = LEDGER.waited_s
             benchmark.pedantic(target, setup=self.setup, rounds=rounds, warmup_rounds=0)
+            info.update(waited_extra_info(waited_before_s))
             info.update(device_state.stop())
             info.update(others.stop_extra_info())
         info.update(phase_energy_fields(info, round_times(benchmark), params))

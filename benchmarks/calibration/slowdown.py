@@ -74,11 +74,16 @@ def slowdown_from_env(environ: Mapping[str, str] | None = None) -> float | None:
     return parse_slowdown(raw)
 
 
-def busy_wait(seconds: float, clock: Callable[[], float] = time.perf_counter) -> None:
-    """Spin until `clock` has advanced by `seconds` (sleep is too coarse for sub-ms steps)."""
-    deadline = clock() + seconds
-    while clock() < deadline:
-        pass
+def busy_wait(seconds: float, clock: Callable[[], float] = time.perf_counter) -> float:
+    """Spin until `clock` has advanced by `seconds` (sleep is too coarse for sub-ms steps).
+
+    Returns the time it actually spun, by `clock`: a preempted wait overshoots."""
+    started = clock()
+    deadline = started + seconds
+    now = started
+    while now < deadline:
+        now = clock()
+    return now - started
 
 
 def _no_sync() -> None:
@@ -94,6 +99,10 @@ class Ledger:
     """
 
     spent_s: float = 0.0
+    #: Every wait of both layers, as spun (`busy_wait`'s return): the suite records the share
+    #: of it inside each benchmark's timed rounds (`waited_extra_info`), a check that does not
+    #: depend on how loaded the machine was when other runs were made.
+    waited_s: float = 0.0
     sync: Callable[[], None] = _no_sync
 
 
@@ -117,8 +126,8 @@ def slowed(
         sync()  # the forward's kernels are done: its duration is real, not queued work
         elapsed = clock() - started  # read at 0 too: A/A runs time the same code path
         if fraction > 0.0:
-            busy_wait(fraction * elapsed, clock)
             ledger.spent_s += fraction * elapsed
+            ledger.waited_s += busy_wait(fraction * elapsed, clock)
         return out
 
     setattr(wrapper, _MARK, fraction)
@@ -146,7 +155,7 @@ def slowed_region(
         elapsed = clock() - started
         inner = ledger.spent_s - before
         if fraction > 0.0:
-            busy_wait(max(0.0, fraction * (elapsed - inner) - inner), clock)
+            ledger.waited_s += busy_wait(max(0.0, fraction * (elapsed - inner) - inner), clock)
         return out
 
     return region
@@ -206,6 +215,19 @@ def maybe_inject_slowdown(
         return model  # nn.Module.compile traces self.forward: the top-up alone slows it
     model.forward = slowed(model.forward, fraction, sync)
     return model
+
+
+def waited_extra_info(
+    before_s: float, environ: Mapping[str, str] | None = None, ledger: Ledger = LEDGER
+) -> dict[str, float]:
+    """`{"calibration_waited_s": waits since before_s}` in a calibration run; `{}` in a real one.
+
+    Called around a benchmark's timed rounds: 0 in an A/A run (no wait spins at 0), and about
+    `fraction / (1 + fraction)` of the rounds' total in a slowed one.
+    """
+    if slowdown_from_env(environ) is None:
+        return {}
+    return {"calibration_waited_s": ledger.waited_s - before_s}
 
 
 def extra_info(environ: Mapping[str, str] | None = None) -> dict[str, float]:

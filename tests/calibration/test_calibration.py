@@ -468,16 +468,25 @@ def test_end_to_end_on_a_tiny_matrix(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert result["false_alarm"]["suite_runs"]["of"] == 3
     (d,) = result["detection"]
     assert d["slowdown"] == 0.5
-    # A 50 % slowdown of every round is plainly visible in the timings. Only "plainly": history
-    # mode compares runs made at different times, and under the parallel test suite's load the
-    # realised figure was 0.17-0.5 (the knob's exactness is tested above, on a fake clock).
-    assert d["realised_change_robust_median"] > 0.1
+    # The realised change compares runs made at different times: under the parallel test
+    # suite's load it ranged from +5 % to +50 % (a CI run read +5.3 %), so it is not asserted.
+    # What the slowed run spun inside its own timed rounds is: load inflates both sides of it.
+    assert d["realised_change_robust_median"] is not None
     for run in result["runs"]:
         saved = Path(run["history_file"])
         assert out / "history" in saved.parents
         data = json.loads(saved.read_text(encoding="utf-8"))
         labels = {b["extra_info"].get("calibration_slowdown") for b in data["benchmarks"]}
         assert labels == {run["slowdown"]}
+        for bench in data["benchmarks"]:
+            waited_s = bench["extra_info"]["calibration_waited_s"]
+            if run["slowdown"] == 0.0:
+                assert waited_s == 0.0  # A/A runs time the wrappers but never spin
+                continue
+            # Every round is topped up to 1.5x its unslowed time: the spun share of the rounds'
+            # total is 0.5 of the rest, less the timer's own reads outside the slowed region.
+            unslowed_s = bench["stats"]["total"] - waited_s
+            assert waited_s / unslowed_s > 0.4, bench["fullname"]
         assert (out / "gate" / f"{run['label']}.json").is_file()
     text = (out / "calibration.md").read_text(encoding="utf-8")
     assert "MDE" in text
