@@ -61,7 +61,7 @@ def test_decode(
         return token, engine.restore(snapshot)
 
     def step(state: tuple[torch.Tensor, Any]) -> tuple[torch.Tensor, Any]:
-        return engine.decode_step(*state)
+        return engine.decode_step(*state, snapshot.seq_len)
 
     rounds = Rounds(step, restore, MemoryMonitor(loaded.device))
     progress(f"{cell.id}: decode step at context {cell.prompt_len}, {rounds_text(cell)} ...")

@@ -10,8 +10,10 @@ N new tokens = 1 prefill + (N - 1) decode steps, and the final cache holds P + N
 * `prefill(input_ids)`: the client's view around it: host ids -> H2D -> `prefill_forward`
   (synchronized: `prefill_s`) -> D2H of token 1 (`ttft_s`, client-observed), then the cache in
   the form the model takes back.
-* `decode_step(token, cache)`: one forward of `[B, 1]` with the cache, argmax -> next token. It
-  times nothing, so a benchmark can time exactly it.
+* `decode_step(token, cache, position)`: one forward of `[B, 1]` with the cache, argmax -> next
+  token. It times nothing, so a benchmark can time exactly it. `position` (the fed token's
+  position: the cache's length) is handed to forwards that take `cache_position` (4.x), so the
+  model never asks a static cache for its length inside a step (`compat.position_kwarg`).
 * `client_generate(input_ids, N)`: the whole loop as a client runs it, and what the suite
   times: per token only the forward, the argmax, the syncs around the model-side step and the
   token's copy to the host. `step_s` are the N - 1 synchronized model-side decode steps; `gap_s`
@@ -163,6 +165,7 @@ class Engine:
         self.device = device
         self._cache_kwarg = compat.cache_kwarg(model)
         self._logits_kwarg = compat.logits_kwarg(model)
+        self._position_kwarg = compat.position_kwarg(model)
         self.max_positions = compat.max_positions(model.config)
         # The cache a prefill starts from, given the batch size (`runmode.configure_engine` sets
         # it per cell, e.g. a StaticCache); None: the model's own (`compat.initial_cache`).
@@ -177,6 +180,7 @@ class Engine:
         handed in (`compat.initial_cache`, usually none), one forward, the argmax.
         """
         kwargs = self._prefill_kwargs()
+        kwargs.update(self._position_kwargs(0, int(ids.shape[-1]), ids.device))
         batch = int(ids.shape[0])
         make = self.start_cache
         start_cache = compat.initial_cache(self.model, batch) if make is None else make(batch)
@@ -203,12 +207,24 @@ class Engine:
             ttft_s=ttft_s,
         )
 
-    def decode_step(self, token: torch.Tensor, cache: Any) -> tuple[torch.Tensor, Any]:
-        """Feed one token `[B, 1]` with the cache; return the next token `[B, 1]` and the cache."""
+    def decode_step(
+        self, token: torch.Tensor, cache: Any, position: int
+    ) -> tuple[torch.Tensor, Any]:
+        """Feed one token `[B, 1]` at `position` (the positions the cache has seen) with the
+        cache; return the next token `[B, 1]` and the cache."""
+        kwargs: dict[str, Any] = {self._cache_kwarg: cache}
+        kwargs.update(self._position_kwargs(position, int(token.shape[-1]), token.device))
         with torch.inference_mode():
-            outputs = self.model(input_ids=token, use_cache=True, **{self._cache_kwarg: cache})
+            outputs = self.model(input_ids=token, use_cache=True, **kwargs)
             next_token = outputs.logits[:, -1, :].argmax(dim=-1, keepdim=True)
         return next_token, compat.output_cache(outputs)
+
+    def _position_kwargs(self, start: int, length: int, device: torch.device) -> dict[str, Any]:
+        # What `generate` hands a 4.x forward: the new tokens' positions, made on the device (no
+        # host-to-device copy), an ordinary tensor on every call (dynamo guards on that).
+        if self._position_kwarg is None:
+            return {}
+        return {self._position_kwarg: torch.arange(start, start + length, device=device)}
 
     def _prefill_kwargs(self) -> dict[str, Any]:
         # Only the last position's logits are needed (as `generate` does); models without the
@@ -286,11 +302,12 @@ class Engine:
 
         step_s: list[float] = []
         gap_s: list[float] = []
+        prompt_len = int(input_ids.shape[-1])
         for step in range(1, new_tokens):
             if recorder is not None:
                 recorder.start_phase()
-            with timed(self.device) as watch:
-                token, cache = self.decode_step(token, cache)
+            with timed(self.device) as watch:  # token `step` sits at position P + step - 1
+                token, cache = self.decode_step(token, cache, prompt_len + step - 1)
             host_tokens.append(token.to("cpu"))  # D2H: token `step + 1` reaches the client
             now_s = time.perf_counter()
             gap_s.append(now_s - arrived_s)  # the recorder's bookkeeping, if any, included

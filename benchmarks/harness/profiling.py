@@ -89,10 +89,11 @@ def _run(
         prefill = engine.prefill(input_ids)  # synchronizes inside
     names.append(PREFILL_RANGE)
     token, cache = prefill.next_token, prefill.cache
+    prompt_len = int(input_ids.shape[-1])
     for i in range(1, new_tokens):
         name = DECODE_RANGE.format(i=i)
         with _range(name, enabled=label):
-            token, cache = engine.decode_step(token, cache)
+            token, cache = engine.decode_step(token, cache, prompt_len + i - 1)
             device_sync(engine.device)  # the range then covers the step's device work
         names.append(name)
     return tuple(names) if label else ()

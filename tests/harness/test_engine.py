@@ -117,8 +117,8 @@ def test_cache_grows_4_to_5_to_6_for_p4_and_n3(llama):
     lengths = [compat.cache_seq_length(prefill.cache)]
     shapes = [tuple(_first_keys(prefill.cache).shape)]
     token, cache = prefill.next_token, prefill.cache
-    for _ in range(2):
-        token, cache = eng.decode_step(token, cache)
+    for step in range(2):
+        token, cache = eng.decode_step(token, cache, 4 + step)
         lengths.append(compat.cache_seq_length(cache))
         shapes.append(tuple(_first_keys(cache).shape))
     assert lengths == [4, 5, 6]
@@ -182,7 +182,7 @@ def test_generate_emits_no_deprecation_warnings(models, case):
     with no_deprecation_messages():
         prefill = eng.prefill(make_prompt(1, prompt_len, VOCAB, 0))
         snapshot = eng.snapshot(prefill.cache)
-        eng.decode_step(prefill.next_token, eng.restore(snapshot))
+        eng.decode_step(prefill.next_token, eng.restore(snapshot), snapshot.seq_len)
         eng.generate(make_prompt(1, prompt_len, VOCAB, 0), new_tokens=3)
 
 
@@ -201,7 +201,7 @@ def test_prefill_asks_for_last_position_logits_and_decode_passes_the_cache_by_it
 
     monkeypatch.setattr(llama, "forward", recording_forward)
     prefill = eng.prefill(make_prompt(1, 4, VOCAB, 0))
-    eng.decode_step(prefill.next_token, prefill.cache)
+    eng.decode_step(prefill.next_token, prefill.cache, 4)
     assert logits_kwarg is not None
     assert calls[0][logits_kwarg] == 1
     assert calls[0]["use_cache"] is True
@@ -295,16 +295,16 @@ def test_restore_gives_a_fresh_cache_of_exactly_p_positions_that_reproduces_the_
     snapshot = eng.snapshot(prefill.cache)
 
     # The original path: two decode steps from the prefill cache.
-    first, cache = eng.decode_step(prefill.next_token, prefill.cache)
-    second, _ = eng.decode_step(first, cache)
+    first, cache = eng.decode_step(prefill.next_token, prefill.cache, prompt_len)
+    second, _ = eng.decode_step(first, cache, prompt_len + 1)
 
     for _ in range(2):  # every round starts from the same P positions
         restored = eng.restore(snapshot)
         assert compat.cache_seq_length(restored) == prompt_len
         assert measure_kv(restored).logical_bytes == bytes_after_prefill == snapshot.kv_bytes
-        again, restored = eng.decode_step(prefill.next_token, restored)
+        again, restored = eng.decode_step(prefill.next_token, restored, prompt_len)
         assert torch.equal(again, first)
-        again, _ = eng.decode_step(again, restored)
+        again, _ = eng.decode_step(again, restored, prompt_len + 1)
         assert torch.equal(again, second)
 
 

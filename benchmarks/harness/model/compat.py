@@ -3,6 +3,11 @@
 * The cache's forward kwarg and output field: `cache` from 5.24, `past_key_values` before. 5.24
   still accepts the old names but warns (a `FutureWarning` for the kwarg, a logger warning for
   the field), so we ask the forward signature and read the output by its real key.
+* Positions: 4.4x-4.57 forwards take `cache_position`, and without it compute it from the
+  cache's `get_seq_length()`, which for a `StaticCache` is a tensor (`any(-1).sum()`) fed to
+  `torch.arange`: a device-to-host sync per forward and, compiled, a data-dependent graph break
+  (two graphs per step). The engine hands the positions in where the forward names the kwarg
+  (`position_kwarg`), as `generate` does; 5.x forwards no longer take it.
 * Last-position logits: `logits_to_keep` (4.50+), `num_logits_to_keep` (4.4x), or neither
   (GPT-2 in 4.46): then the caller slices the full logits.
 * In 4.46 many models return a legacy tuple of `(k, v)` per layer and warn when it is passed back;
@@ -52,6 +57,11 @@ def cache_kwarg(model: Any) -> str:
         f"{type(model).__name__}.forward takes neither `cache` nor `past_key_values`; "
         "phasebench needs a decoder with a KV cache, so pick another model."
     )
+
+
+def position_kwarg(model: Any) -> str | None:
+    """`cache_position` where the forward takes it (4.4x-4.57), else None (5.x, GPT-2)."""
+    return "cache_position" if "cache_position" in _forward_parameters(model) else None
 
 
 def logits_kwarg(model: Any) -> str | None:

@@ -152,7 +152,8 @@ def first_calls(
     with _cuda_graphs_or_error(graphs, mode):
         prefill_s, prefill = _timed_call(device, lambda: engine.prefill(prompt))
         decode_s, _ = _timed_call(
-            device, lambda: engine.decode_step(prefill.next_token, prefill.cache)
+            device,
+            lambda: engine.decode_step(prefill.next_token, prefill.cache, int(prompt.shape[-1])),
         )
         first = DynamoCounts.now().since(start)
         warm_s, _ = _timed_call(device, lambda: engine.client_generate(prompt, new_tokens))

@@ -46,7 +46,7 @@ def engine_for(kv_quant, dtype=torch.float32):
 
 def stepped(engine, token, cache, steps):
     for _ in range(steps):
-        token, cache = engine.decode_step(token, cache)
+        token, cache = engine.decode_step(token, cache, compat.cache_seq_length(cache))
     return token, cache
 
 

@@ -98,7 +98,8 @@ def _decode_rounds(engine: Engine, prompt: torch.Tensor, rounds: int) -> list[to
     snapshot = engine.snapshot(prefill.cache)
     tokens = []
     for _ in range(rounds):
-        token, _cache = engine.decode_step(prefill.next_token, engine.restore(snapshot))
+        restored = engine.restore(snapshot)
+        token, _cache = engine.decode_step(prefill.next_token, restored, snapshot.seq_len)
         tokens.append(token)
     return tokens
 
@@ -165,7 +166,7 @@ def test_a_static_cell_keeps_one_preallocated_cache_reset_per_prefill_and_restor
     assert prefill.cache is cache
     assert compat.cache_seq_length(cache) == 16  # reset, then 16 positions written
     snapshot = engine.snapshot(prefill.cache)
-    engine.decode_step(prefill.next_token, cache)
+    engine.decode_step(prefill.next_token, cache, 16)
     restored = engine.restore(snapshot)
     assert restored is cache
     assert compat.cache_seq_length(restored) == 16  # back to P, in place
@@ -236,7 +237,7 @@ def test_a_compiled_step_does_not_recompile_for_a_cache_restored_through_the_dev
     host = compat.copy_cache(prefill.cache, "cpu")  # the snapshot on the host
     with TimedWindow(cell.id, cell.compile) as window:
         for _ in range(2):
-            engine.decode_step(prefill.next_token, compat.copy_cache(host, "cpu"))
+            engine.decode_step(prefill.next_token, compat.copy_cache(host, "cpu"), 16)
     window.check()
 
 
@@ -259,7 +260,7 @@ class _FakeEngine:
 
         return _Prefill()
 
-    def decode_step(self, token: torch.Tensor, cache: Any) -> Any:
+    def decode_step(self, token: torch.Tensor, cache: Any, position: int) -> Any:
         return token, cache
 
     def client_generate(self, prompt: torch.Tensor, new_tokens: int) -> None:
