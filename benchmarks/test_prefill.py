@@ -3,7 +3,8 @@
 Timed region (the synchronizing benchmark timer brackets it): `Engine.prefill_forward`, exactly
 what `prefill_s` names: one forward with `use_cache=True` and last-position logits on prompt ids
 already on the device, plus the greedy argmax. Each round's untimed `setup` drops the previous
-round's cache and copies the host prompt to the device (`benchmarks.suite.Rounds`), so rounds
+round's cache, copies the host prompt to the device and makes the start cache
+(`Engine.start_cache_for`: a static cell's reset in place) (`benchmarks.suite.Rounds`), so rounds
 never stack caches and each round's memory peak is its own. The client-observed time to first
 token (H2D, D2H included) is `test_generate`'s `ttft_s`, measured over its rounds.
 
@@ -57,10 +58,14 @@ def test_prefill_forward(
     cell, loaded, progress = run.cell, run.loaded, run.progress
     engine = loaded.engine
 
-    def device_prompt() -> torch.Tensor:
-        return run.prompt.to(loaded.device)  # untimed H2D
+    def prepare() -> tuple[torch.Tensor, Any]:
+        # Untimed: the H2D copy, and the start cache (a static cell's reset in place).
+        return run.prompt.to(loaded.device), engine.start_cache_for(cell.batch)
 
-    rounds = Rounds(engine.prefill_forward, device_prompt, MemoryMonitor(loaded.device))
+    def prefill(state: tuple[torch.Tensor, Any]) -> tuple[torch.Tensor, Any]:
+        return engine.prefill_forward(*state)
+
+    rounds = Rounds(prefill, prepare, MemoryMonitor(loaded.device))
     progress(f"{cell.id}: prefill, {rounds_text(cell)} ...")
     rounds.pedantic(benchmark, cell.rounds, min_timed_s=cell.min_timed_s)
 

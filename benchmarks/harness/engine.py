@@ -3,10 +3,11 @@
 N new tokens = 1 prefill + (N - 1) decode steps, and the final cache holds P + N - 1 positions
 (the last token is produced but never fed back). With P = 4 and N = 3 the cache grows 4 -> 5 -> 6.
 
-* `prefill_forward(ids)`: the model-side prefill, exactly what `prefill_s` times: one forward
-  over `[B, P]` ids already on the device with `use_cache=True`, logits for the last position
-  only (`logits_to_keep=1` where the forward takes it, else a slice), argmax -> token 1. It times
-  nothing, so a benchmark can time exactly it.
+* `prefill_forward(ids, start_cache)`: the model-side prefill, exactly what `prefill_s` times:
+  one forward from the start cache (`start_cache_for`, made untimed) over `[B, P]` ids already
+  on the device with `use_cache=True`, logits for the last position only (`logits_to_keep=1`
+  where the forward takes it, else a slice), argmax -> token 1. It times nothing, so a
+  benchmark can time exactly it.
 * `prefill(input_ids)`: the client's view around it: host ids -> H2D -> `prefill_forward`
   (synchronized: `prefill_s`) -> D2H of token 1 (`ttft_s`, client-observed), then the cache in
   the form the model takes back.
@@ -44,7 +45,7 @@ from typing import Any
 import torch
 
 from benchmarks.harness.cache.measure import measure_kv
-from benchmarks.harness.device.devices import timed
+from benchmarks.harness.device.devices import device_sync, timed
 from benchmarks.harness.device.memory import PhaseRecorder, ResourceSample
 from benchmarks.harness.errors import EngineError
 from benchmarks.harness.model import compat
@@ -173,17 +174,25 @@ class Engine:
 
     # --- the two phases ----------------------------------------------------------------------
 
-    def prefill_forward(self, ids: torch.Tensor) -> tuple[torch.Tensor, Any]:
+    def start_cache_for(self, batch: int) -> Any:
+        """The cache a prefill of `batch` sequences starts from, made before any timer starts.
+
+        The cell's (`start_cache`: a static cache reset in place, an empty quantized cache) or
+        the model's own (`compat.initial_cache`, usually None: the forward makes it). A static
+        reset is a few kernels per layer (72 for Qwen2.5-0.5B) that `prefill_s` must not hold:
+        a server keeps its cache slots ready, and an eager dynamic cell times no such work.
+        """
+        make = self.start_cache
+        return compat.initial_cache(self.model, batch) if make is None else make(batch)
+
+    def prefill_forward(self, ids: torch.Tensor, start_cache: Any) -> tuple[torch.Tensor, Any]:
         """Model-side prefill of ids `[B, P]` already on the device: token 1 `[B, 1]`, raw cache.
 
-        Exactly what `prefill_s` times (the caller synchronizes): the cache the model needs
-        handed in (`compat.initial_cache`, usually none), one forward, the argmax.
+        Exactly what `prefill_s` times (the caller synchronizes): one forward from
+        `start_cache` (`start_cache_for`; None: the model makes its own), the argmax.
         """
         kwargs = self._prefill_kwargs()
         kwargs.update(self._position_kwargs(0, int(ids.shape[-1]), ids.device))
-        batch = int(ids.shape[0])
-        make = self.start_cache
-        start_cache = compat.initial_cache(self.model, batch) if make is None else make(batch)
         if start_cache is not None:
             kwargs[self._cache_kwarg] = start_cache
         with torch.inference_mode():
@@ -193,10 +202,13 @@ class Engine:
 
     def prefill(self, input_ids: torch.Tensor) -> PrefillResult:
         """Run the prompt `[B, P]` once; return output token 1, the cache and both times."""
+        start_cache = self.start_cache_for(int(input_ids.shape[0]))
+        device_sync(self.device)  # a static reset's kernels are done before the client starts
         client_start_s = time.perf_counter()
         ids = input_ids.to(self.device)  # H2D (a no-op when already on the device)
         with timed(self.device) as watch:
-            next_token, raw_cache = self.prefill_forward(ids)
+            next_token, raw_cache = self.prefill_forward(ids, start_cache)
+        del start_cache  # the raw cache holds it (or the model's own replaced it)
         host_token = next_token.to("cpu")  # D2H: the first token id reaches the client
         ttft_s = time.perf_counter() - client_start_s
         return PrefillResult(

@@ -427,14 +427,14 @@ def test_prefill_forward_is_what_prefill_times(llama, monkeypatch):
     calls: list[int] = []
     real = eng.prefill_forward
 
-    def counting(ids):
+    def counting(ids, start_cache):
         calls.append(int(ids.shape[-1]))
-        return real(ids)
+        return real(ids, start_cache)
 
     monkeypatch.setattr(eng, "prefill_forward", counting)
     result = eng.prefill(make_prompt(1, 6, VOCAB, 0))
     assert calls == [6]
-    token, raw = real(make_prompt(1, 6, VOCAB, 0))
+    token, raw = real(make_prompt(1, 6, VOCAB, 0), eng.start_cache_for(1))
     assert torch.equal(token, result.next_token)
     assert (
         measure_kv(compat.adopt_cache(llama, raw)).logical_bytes

@@ -328,8 +328,9 @@ class StaticCacheSlot:
     CUDA graphs replay on them), so the cell keeps one cache: a new cache per round would make
     dynamo recompile (an identity guard) or CUDA graphs re-record. `reset()` zeroes the buffers
     and the position counters in place (as `generate` does when it reuses its static cache), so
-    the used bytes measured after a prefill are that prefill's alone. The reset runs inside the
-    prefill a benchmark times, where a lazily allocating cache zero-filled new buffers instead.
+    the used bytes measured after a prefill are that prefill's alone. The reset runs before the
+    timed prefill (`Engine.start_cache_for`), as a server's cache slots are ready before a
+    request: `prefill_s` holds the forward alone, as for an eager dynamic cell.
     """
 
     def __init__(self, model: Any, max_cache_len: int) -> None:
