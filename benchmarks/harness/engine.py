@@ -171,6 +171,7 @@ class Engine:
         # The cache a prefill starts from, given the batch size (`runmode.configure_engine` sets
         # it per cell, e.g. a StaticCache); None: the model's own (`compat.initial_cache`).
         self.start_cache: Callable[[int], Any] | None = None
+        self.start_cache_cell: str | None = None  # the cell `start_cache` was made for
 
     # --- the two phases ----------------------------------------------------------------------
 

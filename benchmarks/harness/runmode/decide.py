@@ -215,12 +215,18 @@ def build_cell_model(
 def configure_engine(engine: Any, cell: Cell) -> None:
     """Point the engine's prefill at this cell's start cache (None: the model's own).
 
-    A static cell gets one cache for all its prefills (`static.StaticCacheSlot`), allocated
-    ahead of the first forward and reset before each: compiled graphs and CUDA graphs keep its
-    buffers' addresses. A quantized-KV cell gets a new empty `QuantizedCache` per prefill
-    (`make_quantized_cache`); for quanto, its C++ extension is built here, before any timed
-    round (`quantobuild`: its first dequantization would compile it inside a decode step).
+    A static cell gets one cache for all its prefills, in all its modules
+    (`static.StaticCacheSlot`), allocated ahead of the first forward and reset before each:
+    compiled graphs and CUDA graphs keep its buffers' addresses. A quantized-KV cell gets a
+    new empty `QuantizedCache` per prefill (`make_quantized_cache`); for quanto, its C++
+    extension is built here, before any timed round (`quantobuild`: its first dequantization
+    would compile it inside a decode step).
     """
+    if engine.start_cache is not None and engine.start_cache_cell == cell.id:
+        # The cell's next module (the suite runs a cell's measurements one after another): its
+        # cache stays, so compiled graphs and CUDA graphs keep their addresses.
+        return
+    engine.start_cache_cell = cell.id
     positions = cell.cache_positions
     engine.start_cache = None  # the previous cell's cache goes before this cell allocates its own
     if positions is not None:
