@@ -9,7 +9,10 @@ and the source, so a skip reason can name it:
   minus what this process's Metal driver already holds (`torch.mps.driver_allocated_memory()`:
   live tensors and the allocator's cached blocks, both of which count against the working set).
   Unified memory is shared with the OS; beyond the working set macOS starts to swap, and a
-  swapping model is timed as slow, not reported as too big. An older torch has no
+  swapping model is timed as slow, not reported as too big. So the figure is also capped at the
+  RAM the OS has available now (other apps hold unified memory too), less a headroom of
+  `MPS_HEADROOM_FRACTION` of the working set for what the fit estimate does not count (Metal's
+  own buffers, the allocator's rounding, the window server). An older torch has no
   recommended size: the figure is unknown and nothing is skipped for it.
 * CPU: `psutil.virtual_memory().available` (RAM the OS can give without swapping).
 
@@ -24,6 +27,10 @@ import psutil
 import torch
 
 from benchmarks.harness.device.devices import resolve_device
+
+#: Unified memory a Mac's fit check leaves unused: with none, an 8B float16 cell (16.1 GB of
+#: weights) "fits" a 24 GB Mac's ~16-18 GB working set and is then timed against swap.
+MPS_HEADROOM_FRACTION = 0.10
 
 
 @dataclass(frozen=True)
@@ -54,10 +61,14 @@ def free_memory(device: torch.device | str) -> FreeMemory:
                 None,
                 f"torch {torch.__version__} has no torch.mps.recommended_max_memory (>= 2.5)",
             )
+        working_set = int(recommended())
         held = int(torch.mps.driver_allocated_memory())
+        available = int(psutil.virtual_memory().available)
+        headroom = int(MPS_HEADROOM_FRACTION * working_set)
         return FreeMemory(
             "mps",
-            max(0, int(recommended()) - held),
-            "recommended_max_memory - driver_allocated_memory",
+            max(0, min(working_set - held, available) - headroom),
+            f"min(recommended_max_memory - driver_allocated_memory, available RAM) - "
+            f"{MPS_HEADROOM_FRACTION:.0%} of the working set",
         )
     return FreeMemory("cpu", int(psutil.virtual_memory().available), "available RAM")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -87,6 +88,7 @@ def skip_reason(cell: Cell, models_dir: Path | None = None) -> str | None:
     return (
         attention_reason(cell.attention, device_type, cell.dtype, model_class)
         or cache_reason(cell.cache, config, model_class)
+        or attention_cache_reason(cell.attention, cell.cache)
         or compile_reason(cell.compile, device_type, cell.cache)
         or kv_quant_reason(cell, config, device_type)
     )
@@ -138,6 +140,29 @@ def cache_reason(cache: str | None, config: Any, model_class: type | None) -> st
     return None if reason is None else f"static cache: {reason}"
 
 
+def attention_cache_reason(attention: str | None, cache: str | None) -> str | None:
+    """Why the kernel cannot run on the cell's cache as the engine calls it, or None.
+
+    FlashAttention-2 on a static cache: transformers 4.46's `LlamaFlashAttention2` raises for a
+    `StaticCache`; later versions, called without an attention mask (the engine passes none),
+    hand flash-attn all `max_cache_len` slots, the unwritten zeros included: other attention
+    than `generate`'s, while every KV byte check still passes. A skip, not a guess at a mask.
+    """
+    if attention == "flash_attention_2" and cache == "static":
+        return (
+            "flash_attention_2 with a static cache attends over every preallocated slot (the "
+            "unwritten ones too) when called without an attention mask, and transformers 4.46 "
+            "refuses it; measure flash_attention_2 with the dynamic cache, or sdpa with a "
+            "static one"
+        )
+    return None
+
+
+#: torch.compile on MPS (inductor's Metal backend) is a prototype, verified by phasebench on no
+#: torch version yet: its cells are skipped unless this variable is `1`.
+MPS_COMPILE_ENV = "PHASEBENCH_MPS_COMPILE"
+
+
 def compile_reason(compile_mode: str | None, device_type: str, cache: str | None) -> str | None:
     """Why torch.compile in `compile_mode` cannot run on this device type, or None."""
     if compile_mode is None or compile_mode == "none":
@@ -153,8 +178,18 @@ def compile_reason(compile_mode: str | None, device_type: str, cache: str | None
         )
     if device_type == "cpu" and not any(shutil.which(cxx) for cxx in ("g++", "c++", "clang++")):
         return "torch.compile on CPU needs a C++ compiler (no g++, c++ or clang++ on PATH)"
-    if device_type == "mps" and compile_mode == "max-autotune":
+    return _mps_compile_reason(compile_mode) if device_type == "mps" else None
+
+
+def _mps_compile_reason(compile_mode: str) -> str | None:
+    if compile_mode == "max-autotune":
         return "compile max-autotune tunes Triton/C++ GEMM kernels; MPS has neither"
+    if os.environ.get(MPS_COMPILE_ENV) != "1":
+        return (
+            f"torch.compile on MPS (inductor's Metal backend) is a prototype in torch "
+            f"{torch.__version__} that phasebench has not verified (its graphs may fall back or "
+            f"crash mid-matrix); {MPS_COMPILE_ENV}=1 runs it anyway"
+        )
     return None
 
 

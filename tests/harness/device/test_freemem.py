@@ -41,9 +41,28 @@ def test_mps_free_memory_is_the_working_set_less_what_the_driver_holds_fake(monk
     monkeypatch.setattr(torch.mps, "recommended_max_memory", lambda: 16_000_000_000, raising=False)
     monkeypatch.setattr(torch.mps, "driver_allocated_memory", lambda: 1_000_000_000)
     monkeypatch.setattr(torch.mps, "current_allocated_memory", lambda: 200_000_000)
+    monkeypatch.setattr(
+        freemem.psutil, "virtual_memory", lambda: SimpleNamespace(available=20_000_000_000)
+    )
     found = free_memory("mps")
-    assert found.free_bytes == 15_000_000_000
-    assert found.source == "recommended_max_memory - driver_allocated_memory"
+    assert found.free_bytes == 15_000_000_000 - 1_600_000_000  # less 10 % of the working set
+    assert found.source == (
+        "min(recommended_max_memory - driver_allocated_memory, available RAM) - "
+        "10% of the working set"
+    )
+
+
+def test_mps_free_memory_is_capped_by_the_ram_other_apps_left_fake(monkeypatch):
+    """Issue 30 row 10: a 24 GB Mac with a browser open has less than its working set free."""
+    monkeypatch.setattr(torch.mps, "recommended_max_memory", lambda: 17_000_000_000, raising=False)
+    monkeypatch.setattr(torch.mps, "driver_allocated_memory", lambda: 0)
+    monkeypatch.setattr(
+        freemem.psutil, "virtual_memory", lambda: SimpleNamespace(available=12_000_000_000)
+    )
+    found = free_memory("mps")
+    assert found.free_bytes == 12_000_000_000 - 1_700_000_000
+    # An 8B float16 model's weights alone (16.06 GB) no longer "fit".
+    assert found.free_bytes < 16_060_000_000
 
 
 def test_an_old_torch_without_a_working_set_size_says_unknown_and_why_fake(monkeypatch):

@@ -143,3 +143,28 @@ def test_configure_engine_gives_static_cells_a_static_cache_and_others_the_model
     configure_engine(engine, cell(cache="dynamic"))
     assert engine.start_cache is None
     assert not is_static_cache(engine.generate(make_prompt(1, 16, 256, seed=0), 2).cache)
+
+
+def test_flash_attention_on_a_static_cache_is_skipped_with_the_reason(monkeypatch):
+    """Issue 30 row 6: 4.46 raises, later versions attend over unwritten slots (no mask)."""
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name: object() if name == "flash_attn" else real(name)
+    )
+    fa2 = {"attention": "flash_attention_2", "device": "cuda", "dtype": "float16"}
+    reason = skip_reason(cell(cache="static", **fa2))
+    assert "attends over every preallocated slot" in str(reason)
+    assert skip_reason(cell(cache="dynamic", **fa2)) is None
+    assert skip_reason(cell(attention="sdpa", cache="static")) is None
+
+
+def test_compile_on_mps_is_skipped_unless_the_user_opts_in(monkeypatch):
+    """Issue 30 row 10: inductor's Metal backend is a prototype phasebench has not verified."""
+    monkeypatch.delenv(runmode.MPS_COMPILE_ENV, raising=False)
+    reason = compile_reason("default", "mps", None)
+    assert "prototype" in str(reason)
+    assert f"{runmode.MPS_COMPILE_ENV}=1 runs it anyway" in str(reason)
+    assert compile_reason("none", "mps", None) is None
+    monkeypatch.setenv(runmode.MPS_COMPILE_ENV, "1")
+    assert compile_reason("default", "mps", None) is None
+    assert "MPS has neither" in str(compile_reason("max-autotune", "mps", "static"))
