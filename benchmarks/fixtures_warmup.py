@@ -21,7 +21,7 @@ from benchmarks.harness.device.fpstate import pin_fp_state
 from benchmarks.harness.device.noise import thermal_state, warmup_until_stable
 from benchmarks.harness.matrix.cells import Cell
 from benchmarks.harness.modelcache import Loaded
-from benchmarks.harness.runmode.compiled import first_calls
+from benchmarks.harness.runmode.compiled import cuda_graphs_kept, first_calls
 from benchmarks.suite import Progress, Warmup
 
 WARMUPS = pytest.StashKey["dict[str, Warmup]"]()
@@ -91,17 +91,19 @@ def warmed(
     device_sync(loaded.device)
     started = time.perf_counter()
     summary = ""
-    if stable is None:
-        for _ in range(cell.warmup):
-            generation()
-    else:
-        outcome = warmup_until_stable(generation, stable)
-        # inf (a non-positive mean) is not JSON; None says "no usable CV".
-        if outcome.final_cv is not None and math.isfinite(outcome.final_cv):
-            final_cv = outcome.final_cv
-        verdict = "stable" if outcome.stable else "NOT stable, stopped at --stable-max"
-        cv = math.nan if outcome.final_cv is None else outcome.final_cv
-        summary = f": {outcome.rounds} generation(s), last CV {cv:.3f}, {verdict}"
+    graphs = bool(run_mode.get("compile_cuda_graphs"))
+    with cuda_graphs_kept(graphs, cell.compile, "warmup"):  # no fallback to eager on the way
+        if stable is None:
+            for _ in range(cell.warmup):
+                generation()
+        else:
+            outcome = warmup_until_stable(generation, stable)
+            # inf (a non-positive mean) is not JSON; None says "no usable CV".
+            if outcome.final_cv is not None and math.isfinite(outcome.final_cv):
+                final_cv = outcome.final_cv
+            verdict = "stable" if outcome.stable else "NOT stable, stopped at --stable-max"
+            cv = math.nan if outcome.final_cv is None else outcome.final_cv
+            summary = f": {outcome.rounds} generation(s), last CV {cv:.3f}, {verdict}"
     seconds = time.perf_counter() - started
     progress(f"{cell.id}: warmup done in {seconds:.1f} s{summary}")
     done[cell.id] = Warmup(

@@ -341,7 +341,10 @@ class Rounds:
         from benchmarks.harness.device.cpustate import OthersCpuMeter  # noqa: PLC0415 - psutil
         from benchmarks.harness.device.devstate import meter_for  # noqa: PLC0415 - torch
         from benchmarks.harness.device.fpstate import pin_fp_state, read_fp_state  # noqa: PLC0415
-        from benchmarks.harness.runmode.compiled import TimedWindow  # noqa: PLC0415 - torch
+        from benchmarks.harness.runmode.compiled import (  # noqa: PLC0415 - torch
+            TimedWindow,
+            cuda_graphs_kept,
+        )
 
         info = benchmark.extra_info
         target = maybe_slow_region(self.target)  # calibration runs only; else self.target
@@ -350,7 +353,12 @@ class Rounds:
         pin_fp_state()
         others = OthersCpuMeter()  # two counter reads around the rounds, none inside them
         device_state = meter_for(params := getattr(benchmark, "params", None) or {})
-        with TimedWindow(info.get("cell_id", "?"), info.get("compile_mode")) as window:
+        mode = info.get("compile_mode")
+        graphs = bool(info.get("compile_cuda_graphs"))  # first_calls' (DESIGN §9)
+        with (
+            cuda_graphs_kept(graphs, mode, "timed rounds"),
+            TimedWindow(info.get("cell_id", "?"), mode) as window,
+        ):
             # pytest-benchmark keeps the timer the suite gave it (`collect`: the synchronizing
             # one) as `_timer`; a fake benchmark in a test has none.
             warm_s = self._warm_round(getattr(benchmark, "_timer", time.perf_counter))

@@ -15,6 +15,7 @@
   only) the first calls run with inductor's `cudagraph_or_error`, and a graph that was still
   skipped (`counters["inductor"]["cudagraph_skips"]`) fails the cell with torch's reason
   (`CudaGraphsSkippedError`): a silently eager "reduce-overhead" cell would be mislabelled.
+  The same guard (`cuda_graphs_kept`) holds through the matrix warmup and the timed rounds.
   CUDA graphs free or overwrite a replay's outputs at the next replay; the engine computes the
   next token from the logits before it calls the model again and keeps no other output (the
   static cache's buffers are inputs, allocated before the first call: `static.make_static_cache`).
@@ -149,7 +150,7 @@ def first_calls(
     start = DynamoCounts.now()
     device = engine.device
     graphs = uses_cuda_graphs(mode, device.type)
-    with _cuda_graphs_or_error(graphs, mode):
+    with cuda_graphs_kept(graphs, mode, "first calls"):
         prefill_s, prefill = _timed_call(device, lambda: engine.prefill(prompt))
         decode_s, _ = _timed_call(
             device,
@@ -158,12 +159,6 @@ def first_calls(
         first = DynamoCounts.now().since(start)
         warm_s, _ = _timed_call(device, lambda: engine.client_generate(prompt, new_tokens))
     warmed = DynamoCounts.now().since(start)
-    if graphs and warmed.cudagraph_skips:
-        raise CudaGraphsSkippedError(
-            f"torch.compile {mode}: CUDA graphs were skipped {warmed.cudagraph_skips} time(s) "
-            "(counters['inductor']['cudagraph_skips']) without a reason torch raised; rerun with "
-            "TORCH_LOGS=perf_hints to see it"
-        )
     say(
         f"torch.compile {mode}: compile_s {prefill_s + decode_s:.1f} s (first prefill + decode "
         f"step; inductor cache {first.fx_cache_hits} hit(s), {first.fx_cache_misses} miss(es)), "
@@ -213,6 +208,28 @@ def _cuda_graphs_or_error(graphs: bool, mode: str | None) -> Iterator[None]:
         ) from error
 
 
+@contextmanager
+def cuda_graphs_kept(graphs: bool, mode: str | None, where: str) -> Iterator[None]:
+    """With `graphs`, CUDA graphs must hold for the whole block (`where`: first calls, warmup,
+    timed rounds): inductor raises where it would skip them (`cudagraph_or_error`, its reason),
+    and a skip it counted without raising fails the block at its end. A later fallback (a
+    mutated input, the re-record limit) would otherwise time eager code under the mode's label.
+    """
+    if not graphs:
+        yield
+        return
+    before = DynamoCounts.now().cudagraph_skips
+    with _cuda_graphs_or_error(graphs, mode):
+        yield
+    skipped = DynamoCounts.now().cudagraph_skips - before
+    if skipped:
+        raise CudaGraphsSkippedError(
+            f"torch.compile {mode}: CUDA graphs were skipped {skipped} time(s) in the {where} "
+            "(counters['inductor']['cudagraph_skips']) without a reason torch raised; rerun "
+            "with TORCH_LOGS=perf_hints to see it"
+        )
+
+
 class TimedWindow:
     """Counts dynamo's work during the timed rounds; any compilation there fails the cell.
 
@@ -253,12 +270,14 @@ class TimedWindow:
             ) from error
 
     def extra_info(self) -> dict[str, Any]:
-        """`compile_timed_frames` and `compile_timed_graph_breaks` (nothing for eager cells)."""
+        """`compile_timed_frames`, `compile_timed_graph_breaks` and
+        `compile_timed_cudagraph_skips` (nothing for eager cells)."""
         if self._added is None:
             return {}
         return {
             "compile_timed_frames": self._added.frames,
             "compile_timed_graph_breaks": self._added.graph_breaks,
+            "compile_timed_cudagraph_skips": self._added.cudagraph_skips,
         }
 
     def check(self) -> None:

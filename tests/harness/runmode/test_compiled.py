@@ -45,7 +45,11 @@ def test_compile_cost_then_quiet_timed_rounds_then_a_deliberate_recompilation_fa
     with TimedWindow(cell.id, cell.compile) as window:
         for _ in range(3):  # the decode measurement's rounds: context P every time
             engine.decode_step(prefill.next_token, engine.restore(snapshot), snapshot.seq_len)
-    assert window.extra_info() == {"compile_timed_frames": 0, "compile_timed_graph_breaks": 0}
+    assert window.extra_info() == {
+        "compile_timed_frames": 0,
+        "compile_timed_graph_breaks": 0,
+        "compile_timed_cudagraph_skips": 0,
+    }
     window.check()
 
     # A batch of 2 was never compiled: dynamo's guards fail and it would recompile.
