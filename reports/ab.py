@@ -22,13 +22,17 @@ never `fail`; `ratio_p90` shows the tail of the paired ratios beside the trimmed
 Re-judging (`--out DIR` alone) uses the settings the run recorded in `context.json`
 (`judge`: process term, alpha, thresholds); a process-interleaved run carries a run-level term
 of at least `paired.PROCESS_INTERLEAVE_CV` and the spread its own timings show
-(`paired.run_level_cv`).
+(`paired.run_level_cv`). `--settings own` (the CI gate's re-judge) never reads a setting from
+`context.json`, which is written on the machine where the measured code ran: the flags, else
+this checkout's defaults, rounds interleaving; the file is shown, and each recorded setting
+that differs is listed in `settings_notes`.
 
 `ab.json` (schema 1; fields added, none changed): `schema`, `status` (`pass` / `fail` /
-`inconclusive` / `error`), `status_reason`, `threshold`, `alpha`, `process_cv`, `context`,
-`counts`, `benchmarks` (`fullname`, `metric`, `kind`, `verdict`, `ratio` = head/base,
-`ci_low`, `ci_high`, `mde`, `threshold`, `pairs`, p-values, `base_value`, `head_value`,
-`log_ratios`, `note`, `ratio_p90`, `unstable`). Exit 0 pass, 1 fail, 2 error, 3 inconclusive
+`inconclusive` / `error`), `status_reason`, `threshold`, `alpha`, `process_cv`, `settings`
+(`recorded` / `own`), `settings_notes`, `context`, `counts`, `benchmarks` (`fullname`,
+`metric`, `kind`, `verdict`, `ratio` = head/base, `ci_low`, `ci_high`, `mde`, `threshold`,
+`pairs`, p-values, `base_value`, `head_value`, `log_ratios`, `note`, `ratio_p90`,
+`unstable`). Exit 0 pass, 1 fail, 2 error, 3 inconclusive
 (an unstable run, or nothing decided: never a pass).
 
 Deliberately not here: running the sides (benchmarks/ab), the formulas (`paired`,
@@ -47,7 +51,13 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from reports.analysis.decision import RuleConfig
+from reports.ab_settings import (
+    DEFAULT_ALPHA,
+    DEFAULT_THRESHOLD,
+    MODES,
+    read_context,
+    resolve,
+)
 from reports.analysis.metrics import EXACT_SUFFIXES, PRIMARY_BY_MEASUREMENT, is_exact_metric
 from reports.analysis.paired import (
     MIN_PAIRS,
@@ -62,12 +72,10 @@ from reports.analysis.paired import (
     ratio_quantile,
 )
 from reports.analysis.series import exact_change_text
-from reports.analysis.thresholds import parse_thresholds
 from reports.errors import ReportError
 from reports.history.runfile import BenchmarkResult, RunFile, load_files
 
 SCHEMA = 1
-DEFAULT_THRESHOLD = 0.05
 EXIT = {"pass": 0, "fail": 1, "error": 2, "inconclusive": 3}
 VERDICTS = ("fail", "missing", "inconclusive", "improved", "new", "pass")
 
@@ -78,7 +86,7 @@ class ABConfig:
 
     threshold: float = DEFAULT_THRESHOLD
     per_metric: Mapping[str, float] = field(default_factory=dict)
-    alpha: float = RuleConfig.alpha
+    alpha: float = DEFAULT_ALPHA
     process_cv: float = PROCESS_CV
     process_run: ProcessTerm | None = None  # `--interleave process`: its term and shift
 
@@ -270,9 +278,14 @@ def _finite(value: Any) -> Any:
 
 
 def ab_json(
-    entries: Sequence[ABEntry], config: ABConfig, context: Mapping[str, Any]
+    entries: Sequence[ABEntry],
+    config: ABConfig,
+    context: Mapping[str, Any],
+    *,
+    settings: str = "recorded",
+    settings_notes: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The `ab.json` document (schema 1)."""
+    """The `ab.json` document (schema 1); `settings_notes`: recorded settings not used."""
     status, reason = status_of(entries, str(context.get("process_shift", "")))
     return {
         "schema": SCHEMA,
@@ -282,6 +295,8 @@ def ab_json(
         "per_metric_threshold": dict(config.per_metric),
         "alpha": config.alpha,
         "process_cv": config.process_run.cv if config.process_run else config.process_cv,
+        "settings": settings,
+        "settings_notes": list(settings_notes),
         "counts": counts(entries),
         "context": dict(context),
         "benchmarks": [{k: _finite(v) for k, v in asdict(e).items()} for e in entries],
@@ -313,30 +328,15 @@ def _parser() -> argparse.ArgumentParser:
         f"setting in context.json, else {PROCESS_CV}; at least {PROCESS_INTERLEAVE_CV} with "
         "--interleave process)",
     )
+    p.add_argument(
+        "--settings",
+        choices=MODES,
+        default="recorded",
+        help="recorded (default): where no flag is given, the settings and interleaving the run "
+        "recorded in context.json; own: the flags, else this checkout's defaults, rounds "
+        "interleaving, never context.json's (the CI gate: that file comes from the runner)",
+    )
     return p
-
-
-def recorded_settings(context: Mapping[str, Any]) -> dict[str, Any]:
-    """The judging settings the A/B run recorded (`context.json` "judge"), for re-judging."""
-    judge = context.get("judge")
-    return dict(judge) if isinstance(judge, dict) else {}
-
-
-def process_term(requested: float | None, context: Mapping[str, Any]) -> tuple[float, str]:
-    """The process term to use and, when it was raised, why.
-
-    Order: the flag, else the run's recorded setting, else `PROCESS_CV`. A process-interleaved
-    run (`context.interleave == "process"`: one side's process, then the other's) compares two
-    whole-run states, so its term is at least `PROCESS_INTERLEAVE_CV`, whatever was asked.
-    """
-    recorded = recorded_settings(context).get("process_cv")
-    value = requested if requested is not None else recorded
-    cv = float(value) if isinstance(value, int | float) else PROCESS_CV
-    if context.get("interleave") == "process" and cv < PROCESS_INTERLEAVE_CV:
-        return PROCESS_INTERLEAVE_CV, (
-            f"process interleave: run-level term {PROCESS_INTERLEAVE_CV:.0%} (asked {cv:.1%})"
-        )
-    return cv, ""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -345,33 +345,30 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = _parser().parse_args(argv)
     out = Path(args.out)
-    context_path = out / "context.json"
-    context: dict[str, Any] = (
-        json.loads(context_path.read_text(encoding="utf-8")) if context_path.is_file() else {}
-    )
-    recorded = recorded_settings(context)  # re-judging uses the run's own settings
     try:
-        thresholds = args.threshold or [str(t) for t in recorded.get("threshold", [])]
-        default, per_metric = parse_thresholds(thresholds)
-        alpha = args.alpha if args.alpha is not None else float(recorded.get("alpha", 0.01))
-        if not 0.0 < alpha < 1.0:
-            raise ReportError(f"--alpha {alpha} is out of range: use 0 < alpha < 1, e.g. 0.01")
-        process_cv, raised = process_term(args.process_cv, context)
-        if not 0.0 <= process_cv < 1.0:
-            raise ReportError(f"--process-cv {process_cv}: use 0 <= value < 1, e.g. 0.01")
+        try:
+            context = read_context(out / "context.json")
+            unread = ""
+        except ReportError as error:
+            if args.settings != "own":
+                raise
+            context, unread = {}, f"context.json not shown: {error}"  # no setting needs it
+        settings = resolve(args.settings, args.threshold, args.alpha, args.process_cv, context)
         config = ABConfig(
-            threshold=DEFAULT_THRESHOLD if default is None else default,
-            per_metric=per_metric,
-            alpha=alpha,
-            process_cv=process_cv,
+            threshold=settings.threshold,
+            per_metric=settings.per_metric,
+            alpha=settings.alpha,
+            process_cv=settings.process_cv,
         )
         base_run, base = load_side(Path(args.base) if args.base else out / "base.json", "base")
         head_run, head = load_side(Path(args.head) if args.head else out / "head.json", "head")
     except ReportError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT["error"]
-    if raised:
-        context["process_term"] = raised
+    context = dict(settings.context)
+    notes = [*settings.notes, *([unread] if unread else [])]
+    if settings.raised:
+        context["process_term"] = settings.raised
     context["machine"] = {"base": base_run.machine_label, "head": head_run.machine_label}
     if context.get("interleave") == "process":
         first = [e for e in judge(base, head, config) if e.kind == "timing"]
@@ -380,10 +377,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = replace(config, process_run=term)
         context.update(process_notes(term, config.threshold))
     entries = judge(base, head, config)
-    document = ab_json(entries, config, context)
+    document = ab_json(entries, config, context, settings=args.settings, settings_notes=notes)
     (out / "ab.json").write_text(json.dumps(document, indent=1), encoding="utf-8")
     (out / "index.html").write_text(render_html(document), encoding="utf-8")
     (out / "summary.md").write_text(render_summary(document), encoding="utf-8")
+    for note in notes:
+        print(f"ab: not used, as --settings {args.settings} says: {note}")
     for e in entries:
         if e.verdict in ("fail", "missing"):
             change = "" if e.ratio is None else f" {e.ratio - 1:+.1%}"

@@ -5,6 +5,14 @@ Transient failures (a network error, HTTP 429 or 5xx) are retried with backoff, 
 required status that was never set because of one 502 leaves a pull request stuck; any other
 answer outside 2xx raises `ApiError` with its HTTP status, so callers can tell a 403 from a 404.
 
+Rate limits: GitHub answers a spent budget with 403 *or* 429 (GITHUB_TOKEN: 1,000 requests an
+hour per repository). Per "Rate limits for the REST API" (docs.github.com, "Handle rate limit
+errors appropriately"): with `retry-after`, wait that many seconds; with `x-ratelimit-remaining:
+0`, wait until `x-ratelimit-reset` (epoch seconds); a secondary limit without either, at least
+a minute. Such a 403 is waited out like a 429 when the wait fits `max_rate_wait` (default 300 s:
+inside every job's timeout), else it raises at once with when to re-run; `ApiError.rate_limited`
+tells it from a 403 of missing permissions, which is never retried.
+
 Deliberately not here: deciding anything from the answers.
 """
 
@@ -23,33 +31,68 @@ SHA = re.compile(r"[0-9a-f]{40}")
 REPOSITORY = re.compile(r"[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100}")
 # Retried: rate limits and server errors. 0 is a network error (no answer at all).
 RETRIED = frozenset({0, 429, 500, 502, 503, 504})
+# A secondary rate limit that names no wait: GitHub says to wait at least a minute.
+SECONDARY_WAIT_S = 60.0
 
-Transport = Callable[[str, str, bytes | None, Mapping[str, str]], tuple[int, Any]]
+# An answer: (status, parsed JSON or None[, response headers]). Headers are optional so that a
+# transport which has none to give (a test's recorded payloads) still fits.
+Answer = tuple[int, Any] | tuple[int, Any, Mapping[str, str]]
+Transport = Callable[[str, str, bytes | None, Mapping[str, str]], Answer]
 
 
 class ApiError(Exception):
-    """A REST call failed; `status` is its HTTP status (0: no answer)."""
+    """A REST call failed; `status` is its HTTP status (0: no answer); `rate_limited` when
+    GitHub refused it for a spent rate limit (a 403 or 429 with the limit's headers)."""
 
-    def __init__(self, message: str, status: int = 0) -> None:
+    def __init__(self, message: str, status: int = 0, *, rate_limited: bool = False) -> None:
         super().__init__(message)
         self.status = status
+        self.rate_limited = rate_limited
+
+
+def rate_limit_wait(status: int, data: Any, headers: Mapping[str, str], now: float) -> float | None:
+    """Seconds GitHub asks to wait before retrying this answer; None when it is not a rate
+    limit (a 403 for missing permissions, a 404, a 5xx). Header names are lower case."""
+    if status not in (403, 429):
+        return None
+    retry_after = headers.get("retry-after", "").strip()
+    if retry_after.isdigit():
+        return float(retry_after)
+    reset = headers.get("x-ratelimit-reset", "").strip()
+    if headers.get("x-ratelimit-remaining", "").strip() == "0" and reset.isdigit():
+        return max(0.0, float(reset) - now) + 1.0  # the reset second itself may still refuse
+    message = str(data.get("message", "")) if isinstance(data, dict) else ""
+    if "rate limit" in message.lower() or status == 429:
+        return SECONDARY_WAIT_S
+    return None
+
+
+def _json(raw: bytes) -> Any:
+    try:
+        return json.loads(raw.decode("utf-8")) if raw else None
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
 
 
 def urllib_transport(
     method: str, url: str, body: bytes | None, headers: Mapping[str, str]
-) -> tuple[int, Any]:
-    """Send one request; returns (status, parsed JSON or None); status 0 for no answer."""
+) -> tuple[int, Any, Mapping[str, str]]:
+    """Send one request; returns (status, parsed JSON or None, headers with lower-case names);
+    status 0 for no answer."""
     if not url.startswith("https://"):
         raise ApiError(f"refusing a non-https API URL: {url}")
     request = urllib.request.Request(url, data=body, method=method, headers=dict(headers))
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
+            got = {k.lower(): v for k, v in response.headers.items()}
             text = response.read().decode("utf-8")
-            return response.status, json.loads(text) if text else None
+            return response.status, json.loads(text) if text else None, got
     except urllib.error.HTTPError as exc:
-        return exc.code, None
+        # The body of an error names a secondary rate limit; the headers carry the waits.
+        got = {k.lower(): v for k, v in (exc.headers or {}).items()}
+        return exc.code, _json(exc.read()), got
     except (urllib.error.URLError, TimeoutError, json.JSONDecodeError):
-        return 0, None
+        return 0, None, {}
 
 
 class GitHub:
@@ -64,6 +107,8 @@ class GitHub:
         *,
         attempts: int = 4,
         sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.time,
+        max_rate_wait: float = 300.0,
     ) -> None:
         if REPOSITORY.fullmatch(repo) is None:
             raise ApiError(f"GITHUB_REPOSITORY {repo!r} is not owner/name")
@@ -78,22 +123,43 @@ class GitHub:
         self._transport = transport
         self._attempts = attempts
         self._sleep = sleep
+        self._clock = clock
+        self._max_rate_wait = max_rate_wait
 
     def _call(self, method: str, path: str, payload: Any = None) -> Any:
         body = None if payload is None else json.dumps(payload).encode("utf-8")
         headers = dict(self._headers)
         if body is not None:
             headers["Content-Type"] = "application/json"
-        status = 0
+        where = f"{method} {path.split('?', maxsplit=1)[0]}"
+        status, waited, wait = 0, 0.0, None
         for attempt in range(1, self._attempts + 1):
-            status, data = self._transport(method, f"{self._base}{path}", body, headers)
+            answer = self._transport(method, f"{self._base}{path}", body, headers)
+            status, data = answer[0], answer[1]
+            got = {k.lower(): v for k, v in answer[2].items()} if len(answer) == 3 else {}
             if 200 <= status < 300:
                 return data
-            if status not in RETRIED or attempt == self._attempts:
+            wait = rate_limit_wait(status, data, got, self._clock())
+            if wait is not None and waited + wait > self._max_rate_wait:
+                raise ApiError(
+                    f"{where} answered HTTP {status}: the token's API rate limit is spent for "
+                    f"{wait:.0f} s more (x-ratelimit-remaining "
+                    f"{got.get('x-ratelimit-remaining', '?')}, reset "
+                    f"{got.get('x-ratelimit-reset', '?')}, retry-after "
+                    f"{got.get('retry-after', '-')}), longer than this job waits "
+                    f"({self._max_rate_wait:.0f} s): re-run the job after the reset",
+                    status,
+                    rate_limited=True,
+                )
+            if (wait is None and status not in RETRIED) or attempt == self._attempts:
                 break
-            self._sleep(2.0**attempt)  # 2, 4, 8 s: inside any job's timeout
-        answer = "no answer (network)" if status == 0 else f"HTTP {status}"
-        raise ApiError(f"{method} {path.split('?', maxsplit=1)[0]} answered {answer}", status)
+            # 2, 4, 8 s for a transient failure; a rate limit's own wait when it names one.
+            pause = max(2.0**attempt, wait or 0.0)
+            waited += pause if wait is not None else 0.0
+            self._sleep(pause)
+        text = "no answer (network)" if status == 0 else f"HTTP {status}"
+        limited = status in (403, 429) and wait is not None
+        raise ApiError(f"{where} answered {text}", status, rate_limited=limited)
 
     def _pages(self, path: str, max_pages: int = 20) -> list[Any]:
         found: list[Any] = []

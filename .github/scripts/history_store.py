@@ -17,20 +17,24 @@ Subcommands:
 - `stage --class C --index K --attempt A --shard I/N --ab-outcome O --bench-outcome O
   --ab-from DIR --bench-from DIR --into DIR`: package one shard's results in that layout (run
   on the shard's runner, `if: always()`).
-- `collect --shards DIR --into DIR`: copy the valid pytest-benchmark JSON of every history-mode
-  shard to `INTO/<class>/<stored name>`; a missing `--shards` is an error, not an empty run.
-- `fetch [--remote URL] --classes-from DIR --into DIR [--max-runs N] [--max-age-days D]`: copy
-  the newest N runs (within D days) of each class of the collected run from the branch. Only
-  the tip's trees and the selected files are downloaded (a partial, shallow fetch), because
-  the branch grows forever; a branch that does not exist yet is an empty history.
+- `collect --shards DIR --into DIR [--expect CLASS=JSON ...]`: copy the valid pytest-benchmark
+  JSON of every history-mode shard to `INTO/<class>/<stored name>` (history_collect.py); a
+  missing `--shards` is an error, not an empty run; with the matrix, a missing or partial leg
+  is noted in `INTO/PARTIAL`.
+- `fetch [--remote URL] --classes-from DIR --into DIR [--max-runs N] [--max-age-days D]
+  [--exclude-run ID] [--exclude-commit SHA]`: copy the newest N runs (within D days) of each
+  class of the collected run from the branch, never the judged run's or commit's own files.
+  Only the tip's trees and the selected files are downloaded (a partial, shallow fetch),
+  because the branch grows; a branch that does not exist yet is an empty history.
 - `push [--remote URL] --from DIR --message TEXT`: add `DIR/<class>/*.json` to the branch (an
-  orphan on first use) without checking it out, retrying on non-fast-forward.
+  orphan on first use) without checking it out, retrying on non-fast-forward; `DIR/PARTIAL`
+  is appended to the commit message.
 
 Credentials: when `GITHUB_TOKEN` is set, git reads it from the environment through a one-shot
 credential helper, so it never appears in a command line, a URL or `.git/config`.
 
 Deliberately not here: anything that runs benchmarks, renders reports or judges; and deleting
-or rewriting stored history (pruning the branch is a maintainer's reviewed commit).
+or rewriting stored history (history_prune.py, a maintainer's tool: docs/ci.md "Pruning").
 """
 
 from __future__ import annotations
@@ -47,16 +51,20 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from history_collect import StoreError, collect, partial_note
 from history_location import LocationError, resolve
-from shard_stage import FOLDER, LayoutError, latest_shards, stage
+from shard_stage import LayoutError, expect, stage
 from stored_files import (
     CLASS_NAME,
     LEGACY,
     STORED,
+    commit_of,
     content_hash,
     is_history_file,
-    stored_name,
+    run_key,
 )
+
+__all__ = ["StoreError", "collect", "fetch", "push", "select_runs", "stage"]  # tests and tools
 
 BRANCH = "benchmark-history"
 HISTORY = "history"
@@ -75,10 +83,6 @@ _CREDENTIAL_HELPER = (
 )
 
 
-class StoreError(Exception):
-    """A history operation failed for a reason the message states."""
-
-
 def _git(
     repo: Path, *args: str, check: bool = True, env: Mapping[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
@@ -95,34 +99,6 @@ def _git(
     if check and proc.returncode != 0:
         raise StoreError(f"git {' '.join(args)} failed ({proc.returncode}): {proc.stderr.strip()}")
     return proc
-
-
-def collect(shards: Path, into: Path, *, run_id: str, now: datetime | None = None) -> list[str]:
-    """Copy each valid JSON of each history-mode `bench-<class>-<k>` shard to `into/<class>/`."""
-    if not shards.is_dir():
-        raise StoreError(
-            f"{shards} does not exist: the download step found no bench-* artifact "
-            "(did every shard job fail before uploading?)"
-        )
-    when = now or datetime.now(timezone.utc)
-    classes: set[str] = set()
-    for artifact, meta in latest_shards(shards):
-        if meta.get("mode") != "history":
-            continue  # an A/B shard's JSON is never history (it measured two trees at once)
-        match = FOLDER.fullmatch(artifact.name)
-        assert match is not None  # latest_shards keeps only names that match
-        cls, shard = match.group("cls"), match.group("index")
-        for path in sorted((artifact / "data").rglob("*.json")):
-            reason = is_history_file(path)
-            if reason is not None:
-                print(f"::warning::skipping {path.relative_to(shards)}: {reason}")
-                continue
-            data = path.read_bytes()
-            target = into / cls / stored_name(data, run_id=run_id, shard=shard, now=when)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-            classes.add(cls)
-    return sorted(classes)
 
 
 def _fetch_tip(repo: Path, remote: str) -> bool:
@@ -163,14 +139,21 @@ def _tree_names(repo: Path, cls: str) -> list[str]:
 
 
 def select_runs(
-    names: Sequence[str], *, max_runs: int, max_age_days: float, now: datetime
+    names: Sequence[str],
+    *,
+    max_runs: int,
+    max_age_days: float,
+    now: datetime,
+    exclude_run: str | None = None,
 ) -> list[str]:
-    """The stored names of the newest `max_runs` runs stored within `max_age_days`.
+    """The stored names of the newest `max_runs` runs stored within `max_age_days`, leaving out
+    the run `exclude_run` (the run being judged: see `fetch`).
 
     A run is a run id (its shards are several files). Names of the older scheme carry no date:
     they count as older than any dated run and are never dropped for age.
     """
     cutoff = now - timedelta(days=max_age_days)
+    excluded = run_key(exclude_run) if exclude_run else None
     runs: dict[str, list[str]] = {}
     order: dict[str, str] = {}
     for name in names:
@@ -183,6 +166,8 @@ def select_runs(
         else:
             legacy = LEGACY.fullmatch(name)
             key, when = (legacy.group("run") if legacy else name), ""
+        if key == excluded:
+            continue
         runs.setdefault(key, []).append(name)
         order[key] = max(when, order.get(key, ""))
     newest = sorted(runs, key=lambda key: (order[key], key))[-max_runs:] if max_runs > 0 else []
@@ -197,9 +182,17 @@ def fetch(
     max_runs: int = 30,
     max_age_days: float = 90.0,
     now: datetime | None = None,
+    exclude_run: str | None = None,
+    exclude_commit: str | None = None,
 ) -> int:
-    """Copy the selected `history/<class>/*.json` of the branch into `into/<class>/`."""
-    copied = 0
+    """Copy the selected `history/<class>/*.json` of the branch into `into/<class>/`.
+
+    The store runs whatever the gate's verdict, so after "Re-run failed jobs" (the gate only)
+    the branch already holds this very run: `exclude_run` (its id, in the stored names) and
+    `exclude_commit` (`commit_info.id` in the files: another run of the same commit) keep the
+    judged commit from being compared with a copy of itself, which dilutes a regression.
+    """
+    copied = skipped = 0
     with tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp) / "store"
         if not _fetch_tip(repo, remote):
@@ -215,6 +208,7 @@ def fetch(
                 max_runs=max_runs,
                 max_age_days=max_age_days,
                 now=now or datetime.now(timezone.utc),
+                exclude_run=exclude_run,
             )
             if not names:
                 continue
@@ -223,10 +217,16 @@ def fetch(
             _git(repo, "checkout", f"origin/{BRANCH}", "--", *paths)
             for rel in paths:
                 path = repo / rel
-                if is_history_file(path) is None:
-                    (into / cls).mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(path, into / cls / path.name)
-                    copied += 1
+                if is_history_file(path) is not None:
+                    continue
+                if exclude_commit and commit_of(path) == exclude_commit:
+                    skipped += 1
+                    continue
+                (into / cls).mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, into / cls / path.name)
+                copied += 1
+    if skipped:
+        print(f"left out {skipped} stored file(s) of the judged commit {exclude_commit}")
     print(f"fetched {copied} history file(s) for {', '.join(classes) or 'no class'}")
     return copied
 
@@ -281,11 +281,13 @@ def _commit_on_tip(
 
 
 def push(remote: str, source: Path, message: str, *, attempts: int = 6) -> int:
-    """Add the new files of `source/<class>/*.json` to the branch; returns the number added."""
+    """Add the new files of `source/<class>/*.json` to the branch; returns the number added.
+    A partial run (collect's `PARTIAL` note) says so in the commit message."""
     if not source.is_dir() or not any(p.is_dir() for p in source.iterdir()):
         raise StoreError(
             f"nothing to store: {source} holds no <class>/ folder (collect found none)"
         )
+    message += partial_note(source)
     with tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp) / "store"
         for attempt in range(1, attempts + 1):
@@ -332,12 +334,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_collect.add_argument("--shards", type=Path, required=True)
     p_collect.add_argument("--into", type=Path, required=True)
     p_collect.add_argument("--run-id", default=os.environ.get("GITHUB_RUN_ID", "local"))
+    p_collect.add_argument(
+        "--expect", action="append", help="CLASS=JSON list of the matrix's shards (labels gaps)"
+    )
     p_fetch = sub.add_parser("fetch", help="copy the branch's recent history of some classes")
     p_fetch.add_argument("--remote", help="default: history_location.py's resolution")
     p_fetch.add_argument("--classes-from", type=Path, required=True, help="a collected run")
     p_fetch.add_argument("--into", type=Path, required=True)
     p_fetch.add_argument("--max-runs", type=int, default=30)
     p_fetch.add_argument("--max-age-days", type=float, default=90.0)
+    p_fetch.add_argument("--exclude-run", help="the judged run's id: never its own files")
+    p_fetch.add_argument("--exclude-commit", help="the judged commit: never its own files")
     p_push = sub.add_parser("push", help="add files to the branch and push")
     p_push.add_argument("--remote", help="default: history_location.py's resolution")
     p_push.add_argument("--from", dest="source", type=Path, required=True)
@@ -357,7 +364,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             print(f"staged {folder}")
         elif args.command == "collect":
-            classes = collect(args.shards, args.into, run_id=args.run_id)
+            expected = None if args.expect is None else expect(args.expect)
+            classes = collect(args.shards, args.into, run_id=args.run_id, expected=expected)
             print(f"collected history of: {', '.join(classes) or 'nothing'}")
         elif args.command == "fetch":
             fetch(
@@ -366,6 +374,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.into,
                 max_runs=args.max_runs,
                 max_age_days=args.max_age_days,
+                exclude_run=args.exclude_run,
+                exclude_commit=args.exclude_commit,
             )
         else:
             push(args.remote or resolve(os.environ).url, args.source, args.message)

@@ -11,7 +11,10 @@ commit alone does not bind), and, where GitHub lists the run's pull requests (it
 forks), when the number is among them.
 
 Trust: the headline comes from the `phasebench/gate` status that GitHub holds for the head
-commit (set by `github-actions[bot]`), never from the artifact. The artifact's summary and
+commit (set by `github-actions[bot]`), never from the artifact. Before commenting, a fork's or
+Dependabot's head, which no run of theirs measures, gets that status as `error` unless a
+measured one stands (unmeasured_head.py): otherwise a check run that a fork's edited workflow
+names `phasebench/gate` would be the required check's only match. The artifact's summary and
 runner classes are shown only for a run whose workflow file was this repository's: a
 maintainer's dispatch (the default branch's workflow) or a pull_request run from a branch of
 this repository. A fork's pull_request run executes the fork's own workflow file, so its
@@ -19,18 +22,20 @@ artifact can say anything; its PR gets the status line and a fixed note, nothing
 
 Artifact layout (written by verdict.py in the bench workflow's `gate` job, uploaded as
 `pr-comment-<run attempt>`):
-- `pr.json`: `{"schema": 3, "pr_number": 12, "head_sha": "<40 hex>", "head_repository":
-  "owner/name", "head_branch": "topic", "run_attempt": 1, "classes": ["cuda"]}`
+- `pr.json` (`PR_JSON_SCHEMA`): `{"schema": 3, "pr_number": 12, "head_sha": "<40 hex>",
+  "head_repository": "owner/name", "head_branch": "topic", "run_attempt": 1, "classes":
+  ["cuda"]}`
 - `summary.md`: the gate's combined summary.
 
-Environment: `GITHUB_TOKEN`, `GITHUB_REPOSITORY`, `GITHUB_API_URL` (default api.github.com), and
+Environment: `GITHUB_TOKEN`, `GITHUB_REPOSITORY`, `GITHUB_API_URL` (default api.github.com),
+`GITHUB_SERVER_URL` (the status's link to docs/ci.md), and
 from `github.event.workflow_run`: `RUN_HEAD_SHA`, `RUN_HEAD_REPOSITORY`
 (`head_repository.full_name`), `RUN_HEAD_BRANCH`, `RUN_ATTEMPT`, `RUN_EVENT`,
 `RUN_PULL_REQUESTS` (JSON list), `RUN_URL`, `RUN_CONCLUSION`.
 
 Exit status: 0 when the comment was written or there was rightly nothing to post (no artifact,
-a newer commit on the PR, an artifact of an earlier attempt); 1 when the artifact fails
-validation or the API refuses (after retries, github_api.py).
+as on a `requested` event; a newer commit on the PR; an artifact of an earlier attempt); 1 when
+the artifact fails validation or the API refuses (after retries, github_api.py).
 
 Deliberately not here: deciding the check's verdict (the bench workflow's gate does that) and
 reading anything but `pr.json` and `summary.md` from the artifact.
@@ -50,12 +55,12 @@ from pathlib import Path
 from typing import Any
 
 from github_api import SHA, ApiError, GitHub, Transport, urllib_transport
+from unmeasured_head import BOT_LOGIN, STATUS_CONTEXT, bot_statuses, claim_from_env
 
 __all__ = ["ApiError", "GitHub", "Transport", "urllib_transport"]  # re-exported for callers
 
 MARKER = "<!-- phasebench-sticky-report -->"
-BOT_LOGIN = "github-actions[bot]"
-STATUS_CONTEXT = "phasebench/gate"
+PR_JSON_SCHEMA = 3  # what verdict.py writes, and what docs/ci.md names (a test checks both)
 MAX_JSON_BYTES = 16 * 1024
 # GitHub refuses comment bodies over 65,536 characters; leave room for the header and footer.
 MAX_SUMMARY_CHARS = 60_000
@@ -98,8 +103,8 @@ class Payload:
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise CommentError(f"pr.json is not JSON: {exc}") from exc
-        if not isinstance(meta, dict) or meta.get("schema") != 3:
-            raise CommentError("pr.json: expected an object with schema 3")
+        if not isinstance(meta, dict) or meta.get("schema") != PR_JSON_SCHEMA:
+            raise CommentError(f"pr.json: expected an object with schema {PR_JSON_SCHEMA}")
         number, sha, classes = meta.get("pr_number"), meta.get("head_sha"), meta.get("classes")
         if not isinstance(number, int) or isinstance(number, bool) or not 0 < number < 10**9:
             raise CommentError("pr.json: pr_number must be a positive integer")
@@ -254,15 +259,10 @@ def _head(sha: str, repository: str, branch: str) -> str:
 
 def gate_status(statuses: Sequence[Any]) -> tuple[str, str] | None:
     """(state, description) of the newest `phasebench/gate` status set by the workflows' bot."""
-    for status in statuses:  # the API lists the newest first
-        if (
-            isinstance(status, dict)
-            and status.get("context") == STATUS_CONTEXT
-            and isinstance(status.get("creator"), dict)
-            and status["creator"].get("login") == BOT_LOGIN
-        ):
-            return str(status.get("state", "")), str(status.get("description") or "")
-    return None
+    found = bot_statuses(statuses)  # the API lists the newest first
+    if not found:
+        return None
+    return str(found[0].get("state", "")), str(found[0].get("description") or "")
 
 
 def render_comment(
@@ -371,12 +371,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--artifact", type=Path, required=True)
     args = parser.parse_args(argv)
+    code = 0
+    try:  # first, so that the comment shows the status it sets
+        print(claim_from_env(os.environ, urllib_transport))
+    except ApiError as exc:
+        print(f"::error::{STATUS_CONTEXT} on an unmeasured head: {exc}", file=sys.stderr)
+        code = 1
     try:
         print(post(args.artifact, os.environ))
     except ApiError as exc:
         print(f"::error::pr comment: {exc}", file=sys.stderr)
         return 1
-    return 0
+    return code
 
 
 if __name__ == "__main__":

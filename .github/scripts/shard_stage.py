@@ -12,15 +12,26 @@ upload of every attempt, and download-artifact's REST listing keeps one artifact
 id, which is not always the newest upload (Systemorph/MeshWeaver#4303). Distinct names are all
 downloaded, and `latest_shards` keeps the newest attempt of each shard.
 
+Which shards should be there: `expect` (the matrix's shard list per class, `[]` for a class
+that did not run) against what was downloaded. The gate and the store download over the
+internal artifact API first and fall back to the REST path only when `check` finds a shard
+missing (bench.yml, docs/ci.md "Downloads"); the store labels what it stored with `missing`.
+
+CLI: `shard_stage.py check --shards DIR --expect CLASS=JSON ...` prints each missing shard and
+writes `complete=true|false` to `$GITHUB_OUTPUT`.
+
 Deliberately not here: reading or storing history (history_store.py) and judging (verdict.py).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import re
 import shutil
-from collections.abc import Mapping
+import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -105,3 +116,57 @@ def latest_shards(shards: Path) -> list[tuple[Path, dict[str, Any]]]:
         if key not in newest or attempt > newest[key][0]:
             newest[key] = (attempt, folder, meta)
     return [(folder, meta) for _, folder, meta in (newest[k] for k in sorted(newest))]
+
+
+def expect(specs: Sequence[str]) -> dict[str, int]:
+    """`CLASS=JSON list of shards` (a matrix's `PHASEBENCH_<CLASS>_SHARDS`) -> legs per class."""
+    counts: dict[str, int] = {}
+    for spec in specs:
+        cls, sep, raw = spec.partition("=")
+        try:
+            shards = json.loads(raw) if sep else None
+        except json.JSONDecodeError:
+            shards = None
+        if CLASS.fullmatch(cls) is None or not isinstance(shards, list):
+            raise LayoutError(f"--expect {spec!r}: expected CLASS=<JSON list of shards>")
+        counts[cls] = len(shards)
+    return counts
+
+
+def missing(shards: Path, expected: Mapping[str, int]) -> list[str]:
+    """`bench-<class>-<k>` of each expected leg (job index k) with no attempt downloaded."""
+    found = (FOLDER.fullmatch(folder.name) for folder, _ in latest_shards(shards))
+    have = {(m.group("cls"), int(m.group("index"))) for m in found if m is not None}
+    return [
+        f"bench-{cls}-{k}"
+        for cls, count in sorted(expected.items())
+        for k in range(count)
+        if (cls, k) not in have
+    ]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`check`: exit 0 whatever is missing (the output says); 1 on malformed arguments."""
+    parser = argparse.ArgumentParser(description="which expected shards were downloaded")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_check = sub.add_parser("check", help="compare the downloaded shards with the matrix")
+    p_check.add_argument("--shards", type=Path, required=True)
+    p_check.add_argument("--expect", action="append", default=[], help="CLASS=JSON list")
+    args = parser.parse_args(argv)
+    try:
+        gone = missing(args.shards, expect(args.expect))
+    except LayoutError as exc:
+        print(f"::error::shard check: {exc}", file=sys.stderr)
+        return 1
+    for name in gone:
+        print(f"not downloaded: {name} (no artifact of any attempt)")
+    print(f"complete={str(not gone).lower()}")
+    output = os.environ.get("GITHUB_OUTPUT")
+    if output:
+        with Path(output).open("a", encoding="utf-8") as handle:
+            handle.write(f"complete={str(not gone).lower()}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

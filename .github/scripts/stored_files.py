@@ -2,6 +2,7 @@
 
 A stored name is `<UTC stamp>-r<run id>-s<shard>-<content hash>.json`: it sorts by time of
 storing, and the content hash makes storing the same file twice a no-op (`history_store.py`).
+What a file measured is in it: `commit_info.id`, the commit (pytest-benchmark's own field).
 """
 
 from __future__ import annotations
@@ -41,6 +42,22 @@ def is_history_file(path: Path) -> str | None:
     return None
 
 
+def commit_of(path: Path) -> str | None:
+    """The measured commit (`commit_info.id`) of a history file; None when it names none."""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    info = raw.get("commit_info") if isinstance(raw, dict) else None
+    commit = info.get("id") if isinstance(info, dict) else None
+    return commit if isinstance(commit, str) and commit else None
+
+
+def run_key(run_id: str) -> str:
+    """A run id as stored names spell it (the `run` group of `STORED` and `LEGACY`)."""
+    return SAFE.sub("_", run_id)
+
+
 def content_hash(data: bytes) -> str:
     """The first 16 hex digits of the SHA-256 of a file: its identity on the branch."""
     return hashlib.sha256(data).hexdigest()[:16]
@@ -49,4 +66,4 @@ def content_hash(data: bytes) -> str:
 def stored_name(data: bytes, *, run_id: str, shard: str, now: datetime) -> str:
     """`<UTC stamp>-r<run id>-s<shard>-<content hash>.json`; sorts by time of storing."""
     stamp = now.astimezone(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return f"{stamp}-r{SAFE.sub('_', run_id)}-s{int(shard)}-{content_hash(data)}.json"
+    return f"{stamp}-r{run_key(run_id)}-s{int(shard)}-{content_hash(data)}.json"

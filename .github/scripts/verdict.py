@@ -7,16 +7,15 @@ loosen the rule that judges it; the shards' artifacts and the gate's JSON are da
 Inputs, by mode:
 - `ab` (pull requests, and a maintainer's dispatch for a PR): each shard's raw `data/base.json`
   and `data/head.json` (`nox -s ab`), judged again here by the judge checkout's `python -m
-  reports.ab` (`--judge-dir`), whose `ab.json` is read for its top-level `status`; the runner's
-  own `ab.json` only serves to note a disagreement;
+  reports.ab --settings own` (`--judge-dir`; rejudge.py: the judge's own settings, never the
+  shard's `context.json`), whose `ab.json` is read for its top-level `status`; the runner's own
+  `ab.json` only serves to note a disagreement;
 - `history` (pushes to main, branch dispatches): `--gate-json`, the JSON of `python -m reports
   gate` run from the base checkout, read for its top-level `status`.
 Both: each shard's `outcome.json` (history_store.py `stage`) and `NEEDS` (`toJSON(needs)`).
 
 Rules:
-- A status comes from the JSON, never from an exit code alone: nox turns every failing exit
-  status into 1, so "cannot judge" (2) would read as "regression". A missing or unknown JSON,
-  or one whose status contradicts the exit code or its own verdicts, is `error`.
+- A status comes from the JSON, never from an exit code alone (judgement.py).
 - Nothing measured (every shard skipped, no outcome at all) is `error`, never a pass: the
   required check cannot be turned green by skipping the benchmarks.
 - A shard job that failed or was cancelled is `error` (its cells are unmeasured); a shard whose
@@ -25,12 +24,15 @@ Rules:
   `perf-regression-accepted` label was added after the newest push by someone with write access
   who is not the PR's author (acceptance.py; read when this runs, so re-running the gate job
   after labelling re-evaluates without re-running the benchmarks); `error` never does.
-- Which commit gets `phasebench/gate`: a PR's head (A/B), a push to main, and the 40-hex `sha`
-  of a maintainer's dispatch for a PR. A branch dispatch sets none: it would replace a PR's A/B
-  verdict on the same commit. A dispatch whose inputs are inconsistent (`sha` without `pr`, or
-  not 40 hex) is an error and sets none; it never falls back to the dispatched branch's tip.
-- A status that cannot be set is an error of this step, except the expected 403 of a fork's or
-  Dependabot's pull_request run (read-only token). A failed PR lookup is a note, not a crash.
+- Which commit gets `phasebench/gate`, and when it is left as it is (commit_status.py): a
+  PR's head, a push to main, a PR dispatch's reviewed `sha`; never a branch dispatch's tip. A
+  status that cannot be set is an error of this step, except a read-only token's 403. A run
+  that measured nothing on a fork's or Dependabot's head keeps a status our bot set there (a
+  dispatch's verdict), else sets `error`: "needs a maintainer's dispatch". A failed PR lookup
+  is a note, not a crash.
+- Malformed input (an environment variable, a JSON of the wrong shape, a re-judge that timed
+  out) is `error` with the reason; anything unforeseen still writes the summary and sets `error`
+  (`last_resort`), so the required check never stays "Expected" without a word.
 
 Outputs: the combined `summary.md` (within GitHub's 1 MiB per job), `pr.json` + `summary.md`
 for the commenter (for a PR; on a dispatch the PR's head repository and branch come from the
@@ -46,75 +48,39 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import subprocess
+import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import acceptance
+from commit_status import (
+    STATUS_CONTEXT,
+    dispatch_only,
+    publish,
+    read_only_expected,
+    set_commit_status,
+    status_target,
+    unmeasured_description,
+)
 from github_api import SHA, ApiError, GitHub, Transport, urllib_transport
+from judgement import STATUSES, Judgement, decide, status_from_json
+from rejudge import REJUDGE_BUDGET_S, RejudgeError, rejudge_with, settings_notes
 from shard_stage import latest_shards
 from step_summary import fit, section
 
+__all__ = [  # re-exported: callers and tests know them as verdict's
+    "STATUSES",
+    "decide",
+    "read_only_expected",
+    "rejudge_with",
+    "set_commit_status",
+    "status_from_json",
+    "status_target",
+]
+
 ACCEPT_LABEL = acceptance.ACCEPT_LABEL
-STATUS_CONTEXT = "phasebench/gate"
-# In rising severity: a shard that fails outweighs one that could not decide.
-STATUSES = ("pass", "no-baseline", "inconclusive", "fail", "error")
-_EXPECTED_EXIT = {
-    "pass": {0},
-    "no-baseline": {0},
-    "inconclusive": {3},
-    "fail": {1},
-    "error": {1, 2},
-}
-
-
-@dataclass
-class Judgement:
-    """The suite's status, and the lines that explain it."""
-
-    status: str = "pass"
-    notes: list[str] = field(default_factory=list)
-
-    def worsen(self, status: str, note: str) -> None:
-        """Raise the status to `status` if that is worse; keep the note either way."""
-        if STATUSES.index(status) > STATUSES.index(self.status):
-            self.status = status
-        self.notes.append(note)
-
-
-def _load(path: Path) -> tuple[dict[str, Any] | None, str]:
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None, f"{path.name} was not written (the step stopped early; see its log)"
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        return None, f"{path.name} is not JSON: {exc}"
-    if not isinstance(raw, dict) or raw.get("schema") != 1:
-        return None, f"{path.name}: expected an object with schema 1"
-    return raw, ""
-
-
-def status_from_json(path: Path, exit_code: int | None = None) -> tuple[str, str]:
-    """(status, reason) from a gate or A/B JSON file; `error` for anything untrustworthy."""
-    raw, problem = _load(path)
-    if raw is None:
-        return "error", problem
-    status = raw.get("status")
-    benchmarks = raw.get("benchmarks", [])
-    failing = [b for b in benchmarks if isinstance(b, dict) and b.get("verdict") == "fail"]
-    if status not in STATUSES:
-        problem = f"{path.name}: status {status!r} is not one of {list(STATUSES)}"
-    elif exit_code is not None and exit_code not in _EXPECTED_EXIT[str(status)]:
-        problem = f"{path.name} says {status} but the command exited {exit_code}"
-    elif status in ("pass", "no-baseline") and failing:
-        problem = f"{path.name} says {status} but lists {len(failing)} failing verdict(s)"
-    if problem:
-        return "error", problem
-    return str(status), str(raw.get("status_reason", ""))
 
 
 def _shards(shards: Path) -> list[tuple[Path, dict[str, Any]]]:
@@ -150,17 +116,9 @@ def judge(
         if meta.get("mode") != mode:
             verdict.worsen("error", f"{name} ran in {meta.get('mode')} mode, expected {mode}")
         elif mode == "ab":
-            judged = folder / "data" if rejudge is None else rejudge(folder)
-            status, reason = status_from_json(judged / "ab.json")
-            verdict.worsen(status, f"{name}: A/B {status}{f' ({reason})' if reason else ''}")
-            if rejudge is not None:
-                runner_status, _ = status_from_json(folder / "data" / "ab.json")
-                if runner_status != status:
-                    verdict.notes.append(
-                        f"{name}: the runner's ab.json said {runner_status}; the base's "
-                        f"reports.ab, re-run here on its raw JSON, says {status}"
-                    )
-            sections.append(section(name, judged / "summary.md"))
+            section_path = _judge_ab_shard(verdict, name, folder, rejudge)
+            if section_path is not None:
+                sections.append(section(name, section_path))
         if meta.get("partial"):
             verdict.notes.append(
                 f"{name}: the benchmark step ended `{meta.get('outcome')}` (failed or hit its "
@@ -176,35 +134,31 @@ def judge(
     return verdict, classes, sections
 
 
-def rejudge_with(judge_dir: Path, into: Path) -> Callable[[Path], Path]:
-    """A `rejudge` that runs the judge checkout's `python -m reports.ab` on a shard's raw
-    `base.json` and `head.json` (data only) into `into/<shard>/`."""
-
-    def run_one(folder: Path) -> Path:
-        data, out = (folder / "data").resolve(), (into / folder.name).resolve()
-        shutil.rmtree(out, ignore_errors=True)  # never read a verdict this call did not write
-        out.mkdir(parents=True)
-        sides = [data / "base.json", data / "head.json"]
-        if any(path.is_symlink() or not path.is_file() for path in sides):
-            return out  # no ab.json there: "was not written", an error
-        context = data / "context.json"
-        if context.is_file() and not context.is_symlink():
-            shutil.copyfile(context, out / "context.json")  # shown in the report, never run
-        command = [sys.executable, "-m", "reports.ab", "--base", str(sides[0])]
-        command += ["--head", str(sides[1]), "--out", str(out)]
-        proc = subprocess.run(
-            command, cwd=judge_dir, capture_output=True, text=True, timeout=900, check=False
-        )
-        (out / "rejudge.log").write_text(proc.stdout + proc.stderr, encoding="utf-8")
-        return out
-
-    return run_one
-
-
-def decide(status: str, accepted: bool) -> bool:
-    """Whether the check passes: pass and no-baseline do; fail only when accepted; inconclusive
-    (re-run it) and error never."""
-    return status in ("pass", "no-baseline") or (status == "fail" and accepted)
+def _judge_ab_shard(
+    verdict: Judgement, name: str, folder: Path, rejudge: Callable[[Path], Path] | None
+) -> Path | None:
+    """Judge one A/B shard into `verdict`; the summary.md to show, or None."""
+    try:
+        judged = folder / "data" if rejudge is None else rejudge(folder)
+    except RejudgeError as exc:
+        verdict.worsen("error", f"{name}: A/B error ({exc})")
+        return None
+    status, reason = status_from_json(judged / "ab.json")
+    verdict.worsen(status, f"{name}: A/B {status}{f' ({reason})' if reason else ''}")
+    if rejudge is not None:
+        runner_status, _ = status_from_json(folder / "data" / "ab.json")
+        if runner_status != status:
+            verdict.notes.append(
+                f"{name}: the runner's ab.json said {runner_status}; the base's "
+                f"reports.ab, re-run here on its raw JSON, says {status}"
+            )
+        differ = settings_notes(judged / "ab.json")
+        if differ:
+            verdict.notes.append(
+                f"{name}: its context.json recorded other judge settings, shown and not used "
+                f"(the judge's are the base's): {'; '.join(differ)}"
+            )
+    return judged / "summary.md"
 
 
 def _pull_head(pull: Any) -> dict[str, str]:
@@ -230,96 +184,83 @@ def headline(status: str, accepted: bool) -> str:
     }[status]
 
 
-def status_target(env: Mapping[str, str], verdict: Judgement) -> str | None:
-    """The commit that gets `phasebench/gate`, or None (with a note saying why)."""
-    if env.get("EVENT_NAME") != "workflow_dispatch":
-        sha = env.get("HEAD_SHA", "")
-        return sha if SHA.fullmatch(sha) else None
-    pr, sha = env.get("PR_NUMBER", ""), env.get("DISPATCH_SHA", "")
-    if not pr and not sha:
-        verdict.notes.append(
-            f"a branch dispatch sets no {STATUS_CONTEXT}: that status is a PR head's A/B "
-            "verdict or main's history verdict, and this run is neither"
-        )
-        return None
-    if not pr:
-        verdict.worsen("error", "the dispatch names `sha` without `pr`: give both, or neither")
-        return None
-    if SHA.fullmatch(sha) is None:
-        verdict.worsen(
-            "error", f"the dispatch's `sha` {sha[:60]!r} is not the full 40-hex commit you reviewed"
-        )
-        return None
-    return sha
-
-
-def read_only_expected(env: Mapping[str, str]) -> bool:
-    """A fork's or Dependabot's pull_request run: its token cannot set statuses."""
-    fork = env.get("HEAD_REPOSITORY", "") != env.get("GITHUB_REPOSITORY", "")
-    dependabot = env.get("PR_AUTHOR") == "dependabot[bot]"
-    return env.get("EVENT_NAME") == "pull_request" and (fork or dependabot)
-
-
-def set_commit_status(
-    api: GitHub, sha: str, state: str, description: str, env: Mapping[str, str]
-) -> tuple[bool, str]:
-    """(ok, log line): set `phasebench/gate` on `sha`. Only the read-only run's 403 is ok."""
-    url = env.get("RUN_URL", "")
-    body = {
-        "state": state,
-        "context": STATUS_CONTEXT,
-        "description": description[:140],
-        **({"target_url": url} if url.startswith("https://") else {}),
-    }
-    try:
-        api.set_status(sha, body)
-    except ApiError as exc:
-        if exc.status == 403 and read_only_expected(env):
-            return True, (
-                f"::warning::could not set {STATUS_CONTEXT} ({exc}): a fork's or Dependabot's "
-                "pull_request run holds a read-only token; a maintainer's dispatch sets it"
-            )
-        return False, (
-            f"::error::could not set {STATUS_CONTEXT}={state} on {sha[:12]} ({exc}), so the "
-            "required check is missing: re-run this job (the benchmarks are not re-run)"
-        )
-    return True, f"set {STATUS_CONTEXT}={state} on {sha[:12]}"
-
-
 def _lookup_pull(api: GitHub, number: int, verdict: Judgement) -> Any:
     try:
-        return api.pull(number)
+        pull = api.pull(number)
     except ApiError as exc:
         verdict.notes.append(f"PR #{number} could not be read ({exc}): label and comment skipped")
         return None
+    if not isinstance(pull, dict):
+        verdict.notes.append(f"PR #{number}: the API answered no object: label and comment skipped")
+        return None
+    return pull
+
+
+def _whole(value: Any, name: str, problems: list[str]) -> int | None:
+    """An integer input (`str` from the environment, `int` from argparse), or None if absent."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        return int(value)
+    problems.append(f"{name} {str(value)[:40]!r} is not a whole number")
+    return None
+
+
+def _inputs(
+    args: argparse.Namespace, env: Mapping[str, str]
+) -> tuple[dict[str, Any], int, int, int | None, list[str]]:
+    """(NEEDS, PR number, run attempt, gate exit, problems): malformed inputs as problems."""
+    problems: list[str] = []
+    try:
+        needs = json.loads(env.get("NEEDS") or "{}")
+    except json.JSONDecodeError as exc:
+        needs = None
+        problems.append(f"NEEDS is not JSON ({exc})")
+    if not isinstance(needs, dict):
+        needs = {}
+        problems.append("NEEDS is not an object: which shard jobs failed is unknown")
+    number = _whole(env.get("PR_NUMBER"), "PR_NUMBER", problems) or 0
+    attempt = _whole(env.get("RUN_ATTEMPT"), "RUN_ATTEMPT", problems) or 1
+    gate_exit = _whole(args.gate_exit, "--gate-exit", problems)
+    return needs, number, attempt, gate_exit, problems
 
 
 def run(
     args: argparse.Namespace, env: Mapping[str, str], transport: Transport | None = None
 ) -> int:
-    """Judge, write the outputs, set the status; returns the step's exit status."""
-    needs = json.loads(env.get("NEEDS") or "{}")
+    """Judge, set the status, write the outputs; returns the step's exit status."""
+    needs, number, attempt, gate_exit, problems = _inputs(args, env)
+    budget = getattr(args, "rejudge_budget_s", None) or REJUDGE_BUDGET_S
     verdict, classes, sections = judge(
         args.mode,
         args.shards,
-        needs if isinstance(needs, dict) else {},
+        needs,
         gate_json=args.gate_json,
-        gate_exit=args.gate_exit,
-        rejudge=None if args.judge_dir is None else rejudge_with(args.judge_dir, args.rejudged),
+        gate_exit=gate_exit,
+        rejudge=None
+        if args.judge_dir is None
+        else rejudge_with(args.judge_dir, args.rejudged, budget_s=budget),
     )
-    api = GitHub(
-        env.get("GITHUB_API_URL", "https://api.github.com"),
-        env.get("GITHUB_REPOSITORY", ""),
-        env.get("GITHUB_TOKEN", ""),
-        transport or urllib_transport,
-    )
+    for problem in problems:
+        verdict.worsen("error", f"{problem}: the workflow passed a malformed input")
+    api: GitHub | None = None
+    try:
+        api = GitHub(
+            env.get("GITHUB_API_URL", "https://api.github.com"),
+            env.get("GITHUB_REPOSITORY", ""),
+            env.get("GITHUB_TOKEN", ""),
+            transport or urllib_transport,
+        )
+    except ApiError as exc:
+        verdict.worsen("error", f"no GitHub API: {exc}")
     target = status_target(env, verdict)
-    number = int(env.get("PR_NUMBER") or "0")
     dispatched = env.get("EVENT_NAME") == "workflow_dispatch"
-    wanted = number > 0 and (dispatched or verdict.status == "fail")
-    pull = _lookup_pull(api, number, verdict) if wanted else None
+    wanted = api is not None and number > 0 and (dispatched or verdict.status == "fail")
+    pull = _lookup_pull(api, number, verdict) if api is not None and wanted else None
     accepted = False
-    if verdict.status == "fail" and pull is not None and target is not None:
+    if api is not None and verdict.status == "fail" and pull is not None and target is not None:
         given = acceptance.check(api, pull, target)
         accepted = given.accepted
         verdict.notes.append(given.reason)
@@ -333,15 +274,19 @@ def run(
                 f"commit {sha[:12]} only (its status; the PR gets no comment)"
             )
     passes = decide(verdict.status, accepted)
-    line = headline(verdict.status, accepted)
-    top = [f"### phasebench gate: {verdict.status.upper()}: {line}", ""]
-    top += [f"- {note}" for note in verdict.notes]
-    parts = list(sections)
-    if args.mode == "history" and args.summary is not None and args.summary.is_file():
-        parts.insert(0, args.summary.read_text(encoding="utf-8", errors="replace"))
-    summary = fit("\n".join(top) + "\n", parts)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "summary.md").write_text(summary, encoding="utf-8")
+    # Nothing measured on a head only a dispatch measures: say so, and keep a dispatch's verdict.
+    unmeasured = "" if classes else dispatch_only(env, pull)
+    line = unmeasured_description(unmeasured) if unmeasured else headline(verdict.status, accepted)
+    state = "success" if passes else ("error" if verdict.status == "error" else "failure")
+    status_ok = True
+    if target is not None:
+        if api is None:
+            status_ok, log = False, f"::error::{STATUS_CONTEXT} not set: no GitHub API"
+        else:
+            status_ok, log = publish(api, target, state, line, env, unmeasured=unmeasured)
+        print(log)
+        verdict.notes.append(_plain(log))
+    summary = _summary(args, verdict, line, sections)
     if number > 0 and SHA.fullmatch(sha) and (pull is not None or not dispatched):
         args.comment_dir.mkdir(parents=True, exist_ok=True)
         meta = {
@@ -350,16 +295,11 @@ def run(
             "head_sha": sha,
             "head_repository": head["repository"],
             "head_branch": head["branch"],
-            "run_attempt": int(env.get("RUN_ATTEMPT") or "1"),
+            "run_attempt": attempt,
             "classes": classes,
         }
         (args.comment_dir / "pr.json").write_text(json.dumps(meta) + "\n", encoding="utf-8")
         (args.comment_dir / "summary.md").write_text(summary, encoding="utf-8")
-    state = "success" if passes else ("error" if verdict.status == "error" else "failure")
-    status_ok = True
-    if target is not None:
-        status_ok, log = set_commit_status(api, target, state, line, env)
-        print(log)
     level = "notice" if passes else "error"
     print(f"::{level}::gate {verdict.status}: {line}")
     for note in verdict.notes:
@@ -367,24 +307,94 @@ def run(
     return 0 if passes and status_ok else 1
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _plain(log: str) -> str:
+    """A log line without its workflow command (`::warning::`), for the summary."""
+    return re.sub(r"^::[a-z]+::", "", log)
+
+
+def _summary(
+    args: argparse.Namespace, verdict: Judgement, line: str, sections: Sequence[str]
+) -> str:
+    """Write `OUT/summary.md` (the notes, then each part cut to fit) and return it."""
+    top = [f"### phasebench gate: {verdict.status.upper()}: {line}", ""]
+    top += [f"- {note}" for note in verdict.notes]
+    parts = list(sections)
+    if args.mode == "history" and args.summary is not None and args.summary.is_file():
+        parts.insert(0, args.summary.read_text(encoding="utf-8", errors="replace"))
+    summary = fit("\n".join(top) + "\n", parts)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "summary.md").write_text(summary, encoding="utf-8")
+    return summary
+
+
+def last_resort(
+    args: argparse.Namespace,
+    env: Mapping[str, str],
+    exc: BaseException,
+    transport: Transport | None = None,
+) -> int:
+    """After an unforeseen exception: still the `error` status and a summary; returns 1.
+
+    Without them the required check would stay "Expected" with no word why, and a re-run
+    would repeat it. Each part is tried on its own; nothing here raises.
+    """
+    reason = f"verdict.py stopped on {type(exc).__name__}: {str(exc)[:300]}"
+    print(f"::error::{reason}", file=sys.stderr)
+    verdict = Judgement("error", [reason, "re-run the gate job; the log shows where it stopped"])
+    try:
+        target = status_target(env, verdict)
+        if target is not None:
+            api = GitHub(
+                env.get("GITHUB_API_URL", "https://api.github.com"),
+                env.get("GITHUB_REPOSITORY", ""),
+                env.get("GITHUB_TOKEN", ""),
+                transport or urllib_transport,
+            )
+            # A fork's or Dependabot's pull_request run never measures (bench.yml's fork guard).
+            pull_request = env.get("EVENT_NAME") == "pull_request"
+            unmeasured = dispatch_only(env, None) if pull_request else ""
+            line = "could not judge: verdict.py stopped; see the gate job's log"
+            _, log = publish(api, target, "error", line, env, unmeasured=unmeasured)
+            print(log)
+            verdict.notes.append(_plain(log))
+    except Exception as again:
+        print(f"::error::{STATUS_CONTEXT} could not be set either: {again!r}", file=sys.stderr)
+    try:
+        _summary(args, verdict, headline("error", accepted=False), [])
+    except Exception as again:
+        print(f"::error::the summary could not be written either: {again!r}", file=sys.stderr)
+    return 1
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    transport: Transport | None = None,
+) -> int:
     """Command line; see the module docstring."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", choices=("ab", "history"), required=True)
     parser.add_argument("--shards", type=Path, required=True, help="the merged bench-* artifacts")
     parser.add_argument("--gate-json", type=Path, help="history mode: the gate's --json file")
-    parser.add_argument("--gate-exit", type=int, help="history mode: the gate step's exit status")
+    # A string, checked in `run`: a malformed value is an `error` verdict, not an argparse exit.
+    parser.add_argument("--gate-exit", help="history mode: the gate step's exit status")
     parser.add_argument("--summary", type=Path, help="history mode: the report's summary.md")
     parser.add_argument("--judge-dir", type=Path, help="A/B mode: re-judge with this checkout")
     parser.add_argument("--rejudged", type=Path, default=Path("out/rejudged"))
+    parser.add_argument(
+        "--rejudge-budget-s",
+        type=float,
+        default=REJUDGE_BUDGET_S,
+        help="all re-judges together (rejudge.py); under the gate job's timeout-minutes",
+    )
     parser.add_argument("--out", type=Path, required=True, help="write summary.md here")
     parser.add_argument("--comment-dir", type=Path, required=True)
     args = parser.parse_args(argv)
+    environ = os.environ if env is None else env
     try:
-        return run(args, os.environ)
-    except (ApiError, ValueError) as exc:
-        print(f"::error::verdict: {exc}", file=sys.stderr)
-        return 1
+        return run(args, environ, transport)
+    except Exception as exc:
+        return last_resort(args, environ, exc, transport)
 
 
 if __name__ == "__main__":

@@ -364,8 +364,8 @@ def test_the_step_summary_fits_githubs_limit_with_many_shards():
 
 
 def test_downloads_use_the_rest_path_and_the_commenter_reads_the_completed_attempt():
-    for job in (tw.GATE, tw.STORE):
-        download = tw.step(job, "Download")["with"]
+    for job in (tw.GATE, tw.STORE):  # the REST fallback (test_downloads_and_store.py: when)
+        download = tw.step(job, "Download over REST")["with"]
         assert download["github-token"] == "${{ github.token }}"
         assert download["run-id"] == "${{ github.run_id }}"
         assert job["permissions"]["actions"] == "read"

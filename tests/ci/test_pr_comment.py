@@ -576,7 +576,7 @@ FAKE_REPORTS_AB = """
 import argparse, json, pathlib
 p = argparse.ArgumentParser()
 p.add_argument("--base"); p.add_argument("--head"); p.add_argument("--out")
-a = p.parse_args()
+a, _ = p.parse_known_args()  # the real one takes --settings own
 head = json.loads(pathlib.Path(a.head).read_text())
 status = head["fake_status"]
 out = pathlib.Path(a.out)

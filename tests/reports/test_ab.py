@@ -181,7 +181,7 @@ def test_the_header_names_the_pairs_the_benchmarks_really_had():
 
 
 def test_rejudging_uses_the_recorded_process_term_and_process_interleave_has_a_floor():
-    from reports.ab import process_term  # noqa: PLC0415 - one test's helper
+    from reports.ab_settings import process_term  # noqa: PLC0415 - one test's helper
     from reports.analysis.paired import PROCESS_CV, PROCESS_INTERLEAVE_CV  # noqa: PLC0415
 
     assert process_term(None, {}) == (PROCESS_CV, "")
