@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import re
 import shutil
 import sys
@@ -101,7 +102,20 @@ def _truthy(value: Any) -> bool:
 def _equal(a: Any, b: Any) -> bool:
     if isinstance(a, str) and isinstance(b, str):
         return a.lower() == b.lower()
+    if type(a) is not type(b):  # GitHub coerces mismatched types to numbers ("Operators")
+        return _number(a) == _number(b)
     return a == b
+
+
+def _number(value: Any) -> float:
+    if value is None:
+        return 0.0
+    if isinstance(value, bool | int | float):
+        return float(value)
+    try:
+        return float(value) if str(value).strip() else 0.0
+    except ValueError:
+        return math.nan
 
 
 class Expr:
@@ -742,6 +756,15 @@ def test_no_run_outside_a_pr_shares_a_group_so_no_pending_run_is_dropped():
     }
     assert same_pr == {"bench-pr-42"}
     assert evaluate(cancel, pr_event(fork=False)) is True
+    # A re-run attempt (GitHub gives run_attempt as a string; `==` coerces it to a number)
+    # waits behind a newer run of the PR instead of cancelling it.
+    assert evaluate(cancel, pr_event(fork=False, attempt=2)) is False
+    rerun = pr_event(fork=False)
+    rerun["github"]["run_attempt"] = "2"
+    assert evaluate(cancel, rerun) is False
+    first_attempt = pr_event(fork=False)
+    first_attempt["github"]["run_attempt"] = "1"
+    assert evaluate(cancel, first_attempt) is True
     assert evaluate(group, dispatch_event(pr="42", sha="a" * 40)) == "bench-run-778"
     assert evaluate(group, dispatch_event()) == "bench-run-778"
     ci = workflow("ci.yml")["concurrency"]["group"]
