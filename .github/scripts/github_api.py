@@ -219,3 +219,14 @@ class GitHub:
         if SHA.fullmatch(sha) is None:
             raise ApiError(f"refusing a commit status on {sha!r}: not 40 lowercase hex")
         return self._call("POST", f"/statuses/{sha}", dict(body))
+
+
+def from_env(env: Mapping[str, str], transport: Transport | None = None) -> GitHub:
+    """The repository's API as a workflow step sees it: `GITHUB_API_URL` (default
+    api.github.com), `GITHUB_REPOSITORY`, `GITHUB_TOKEN`; ApiError for a malformed repository."""
+    return GitHub(
+        env.get("GITHUB_API_URL", "https://api.github.com"),
+        env.get("GITHUB_REPOSITORY", ""),
+        env.get("GITHUB_TOKEN", ""),
+        transport or urllib_transport,
+    )

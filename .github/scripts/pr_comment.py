@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from github_api import SHA, ApiError, GitHub, Transport, urllib_transport
+from github_api import SHA, ApiError, GitHub, Transport, from_env, urllib_transport
 from unmeasured_head import BOT_LOGIN, STATUS_CONTEXT, bot_statuses, claim_from_env
 
 __all__ = ["ApiError", "GitHub", "Transport", "urllib_transport"]  # re-exported for callers
@@ -328,12 +328,7 @@ def post(artifact: Path, env: Mapping[str, str], transport: Transport | None = N
         run_prs = json.loads(env.get("RUN_PULL_REQUESTS") or "[]")
     except json.JSONDecodeError as exc:
         raise CommentError(f"RUN_PULL_REQUESTS is not JSON: {exc}") from exc
-    api = GitHub(
-        env.get("GITHUB_API_URL", "https://api.github.com"),
-        env.get("GITHUB_REPOSITORY", ""),
-        env.get("GITHUB_TOKEN", ""),
-        transport or urllib_transport,
-    )
+    api = from_env(env, transport or urllib_transport)  # this module's: tests patch it
     run = RunHead.from_env(env)
     reason = check_target(
         payload,

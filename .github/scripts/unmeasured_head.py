@@ -34,7 +34,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from github_api import SHA, ApiError, GitHub, Transport, urllib_transport
+from github_api import SHA, ApiError, GitHub, Transport, from_env
 
 STATUS_CONTEXT = "phasebench/gate"
 BOT_LOGIN = "github-actions[bot]"  # who GITHUB_TOKEN acts as: the GitHub Actions app's bot
@@ -160,12 +160,7 @@ def claim_from_env(env: Mapping[str, str], transport: Transport | None = None) -
         run_prs = json.loads(env.get("RUN_PULL_REQUESTS") or "[]")
     except json.JSONDecodeError as exc:
         raise ApiError(f"RUN_PULL_REQUESTS is not JSON: {exc}") from exc
-    api = GitHub(
-        env.get("GITHUB_API_URL", "https://api.github.com"),
-        env.get("GITHUB_REPOSITORY", ""),
-        env.get("GITHUB_TOKEN", ""),
-        transport or urllib_transport,
-    )
+    api = from_env(env, transport)
     server = env.get("GITHUB_SERVER_URL", "https://github.com").rstrip("/")
     # `HEAD` in a blob URL is the default branch: the docs that match the running code.
     docs = f"{server}/{api.repo}/blob/HEAD/docs/ci.md#fork-and-dependabot-pull-requests"

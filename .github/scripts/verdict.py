@@ -64,7 +64,7 @@ from commit_status import (
     status_target,
     unmeasured_description,
 )
-from github_api import SHA, ApiError, GitHub, Transport, urllib_transport
+from github_api import SHA, ApiError, GitHub, Transport, from_env
 from judgement import STATUSES, Judgement, decide, status_from_json
 from rejudge import REJUDGE_BUDGET_S, RejudgeError, rejudge_with, settings_notes
 from shard_stage import latest_shards
@@ -247,12 +247,7 @@ def run(
         verdict.worsen("error", f"{problem}: the workflow passed a malformed input")
     api: GitHub | None = None
     try:
-        api = GitHub(
-            env.get("GITHUB_API_URL", "https://api.github.com"),
-            env.get("GITHUB_REPOSITORY", ""),
-            env.get("GITHUB_TOKEN", ""),
-            transport or urllib_transport,
-        )
+        api = from_env(env, transport)
     except ApiError as exc:
         verdict.worsen("error", f"no GitHub API: {exc}")
     target = status_target(env, verdict)
@@ -344,12 +339,7 @@ def last_resort(
     try:
         target = status_target(env, verdict)
         if target is not None:
-            api = GitHub(
-                env.get("GITHUB_API_URL", "https://api.github.com"),
-                env.get("GITHUB_REPOSITORY", ""),
-                env.get("GITHUB_TOKEN", ""),
-                transport or urllib_transport,
-            )
+            api = from_env(env, transport)
             # A fork's or Dependabot's pull_request run never measures (bench.yml's fork guard).
             pull_request = env.get("EVENT_NAME") == "pull_request"
             unmeasured = dispatch_only(env, None) if pull_request else ""
