@@ -45,11 +45,12 @@ from benchmarks.harness.device.cpustate import OthersCpuMeter
 from benchmarks.harness.device.devices import device_unavailable_reason, resolve_device, sync_name
 from benchmarks.harness.device.fingerprint import mps_fallback_refusal
 from benchmarks.harness.device.fpstate import pin_fp_state
+from benchmarks.harness.device.memory import release_cached_memory
 from benchmarks.harness.device.noise import thermal_state
 from benchmarks.harness.device.synctimer import synced_perf_counter
 from benchmarks.harness.engine import make_prompt
 from benchmarks.harness.matrix.cells import Cell
-from benchmarks.harness.modelcache import Loaded, ModelCache, release_device_memory
+from benchmarks.harness.modelcache import Loaded, ModelCache
 from benchmarks.harness.runmode.decide import configure_engine
 from benchmarks.partial import mark_partial
 from benchmarks.suite import MATRIX, THREADS, CellRun, Progress, Warmup
@@ -216,7 +217,7 @@ def loaded(
         for name in ("last_type", "last_value", "last_traceback", "last_exc"):
             if hasattr(sys, name):
                 setattr(sys, name, None)
-        release_device_memory(device)
+        release_cached_memory(device)
 
 
 @pytest.fixture

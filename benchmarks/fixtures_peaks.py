@@ -1,12 +1,14 @@
 """The `peaks`, `peaks_before_build` and `remeasure_peaks` fixtures: device peaks (`--peaks`).
 
-Resolved once per device and dtype per run (in `config.stash[PEAKS]`); measured peaks are cached
-per machine by `benchmarks.harness.roofline.peaks`. **Before any model of that device and dtype
-is built**: `loaded` depends on `peaks_before_build`, so a measurement (seconds of full-power
-copies and GEMMs, after which the caching allocator is emptied) is followed by the build and the
-cell's warmup generations, never directly by a timed round. A held model of another device or
-dtype is released first, so the measurement has the memory to itself. Runs in which no test asks
-for `peaks` measure nothing. Registered by `benchmarks/conftest.py`, which imports them.
+Resolved once per device and dtype per run (in `config.stash[PEAKS]`), the FLOP/s peak measured
+at as many rows as the matrix's largest prefill of that device and dtype
+(`largest_prefill_tokens`, B·P); measured peaks are cached per machine by
+`benchmarks.harness.roofline.peaks`. **Before any model of that device and dtype is built**:
+`loaded` depends on `peaks_before_build`, so a measurement (seconds of full-power copies and
+GEMMs, after which the caching allocator is emptied) is followed by the build and the cell's
+warmup generations, never directly by a timed round. A held model of another device or dtype is
+released first, so the measurement has the memory to itself. Runs in which no test asks for
+`peaks` measure nothing. Registered by `benchmarks/conftest.py`, which imports them.
 Deliberately not here: measuring the peaks (`benchmarks.harness.roofline.peakmeasure`).
 """
 
@@ -23,7 +25,7 @@ from benchmarks.harness.device.fingerprint import fingerprint_id, machine_finger
 from benchmarks.harness.matrix.cells import Cell
 from benchmarks.harness.modelcache import Loaded, ModelCache
 from benchmarks.harness.roofline.peaks import PeakMode, PeakRequest, Peaks, resolve_peaks
-from benchmarks.suite import Progress
+from benchmarks.suite import MATRIX, Progress
 
 _WANTED = pytest.StashKey[bool]()
 
@@ -54,11 +56,26 @@ def device_peaks(
         if held is not None and (held.device, held.dtype) != (device, dtype):
             model_cache.release()  # the next build would release it anyway: do it first
         progress(f"peaks for {cell.device} {cell.dtype}: measured or read from the cache ...")
+    tokens = largest_prefill_tokens(config, cell)
     if mode == "refresh":
-        known[key] = _resolve(device, dtype, "measured", refresh=True)
+        known[key] = _resolve(device, dtype, "measured", refresh=True, flop_tokens=tokens)
     else:
-        known[key] = _resolve(device, dtype, mode, refresh=False)
+        known[key] = _resolve(device, dtype, mode, refresh=False, flop_tokens=tokens)
     return known[key]
+
+
+def largest_prefill_tokens(config: pytest.Config, cell: Cell) -> int:
+    """The most tokens one prefill GEMM of the matrix runs on `cell`'s device and dtype (B·P).
+
+    The FLOP/s peak is measured at that many rows too (`PeakRequest.flop_tokens`): a GEMM of
+    32,768 rows (8 x 4,096) runs nearer the hardware than one of 8,192, so a peak taken at the
+    smaller one put the biggest prefills near or past 100 % (`RooflineError`). The whole matrix,
+    not this shard's or selection's cells: every shard then measures the same shapes.
+    """
+    matrix = config.stash.get(MATRIX, None)
+    cells = matrix.cells if matrix is not None else ()
+    same = (c for c in cells if (c.device, c.dtype) == (cell.device, cell.dtype))
+    return max([cell.batch * cell.prompt_len, *(c.batch * c.prompt_len for c in same)])
 
 
 def _resolve(
@@ -67,6 +84,7 @@ def _resolve(
     mode: PeakMode,
     *,
     refresh: bool,
+    flop_tokens: int,
     previous: Peaks | None = None,
 ) -> Peaks:
     fingerprint = machine_fingerprint(device)
@@ -79,6 +97,7 @@ def _resolve(
             fingerprint_id=fingerprint_id(fingerprint),
             fingerprint=fingerprint,
             previous=previous,
+            flop_tokens=flop_tokens,
         )
     )
 
@@ -130,7 +149,14 @@ def remeasure_peaks(
         key = (cell.device, cell.dtype)
         # H4: the run's current figure, so that a re-measure can only raise it.
         previous = pytestconfig.stash[PEAKS].get(key)
-        fresh = _resolve(loaded.device, loaded.dtype, "measured", refresh=True, previous=previous)
+        fresh = _resolve(
+            loaded.device,
+            loaded.dtype,
+            "measured",
+            refresh=True,
+            flop_tokens=largest_prefill_tokens(pytestconfig, cell),
+            previous=previous,
+        )
         pytestconfig.stash[PEAKS][key] = fresh
         loaded.engine.generate(prompt, cell.new_tokens)  # re-warm (see the docstring)
         return fresh

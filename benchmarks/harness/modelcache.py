@@ -13,7 +13,6 @@ It deliberately does not time anything but the build, choose cells, or know pyte
 from __future__ import annotations
 
 import ctypes
-import gc
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -24,6 +23,7 @@ from typing import Any
 import torch
 
 from benchmarks.harness.device.devices import parse_dtype, resolve_device
+from benchmarks.harness.device.memory import release_cached_memory
 from benchmarks.harness.engine import Engine, make_prompt
 from benchmarks.harness.errors import PhasebenchError
 from benchmarks.harness.matrix.cells import Cell
@@ -114,15 +114,6 @@ def trim_host_heap() -> None:
         return
 
 
-def release_device_memory(device: torch.device) -> None:
-    """Collect garbage and hand the allocator's cached blocks back to the device driver."""
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-    elif device.type == "mps":
-        torch.mps.empty_cache()
-
-
 class ModelCache:
     """One slot: the model of the triple in use; `get` swaps it when the triple changes."""
 
@@ -159,7 +150,7 @@ class ModelCache:
             reason = f"building {cell.model} on {cell.device} in {cell.dtype} failed: {error}"
             self._failed[key] = reason
             self._on_event(reason)
-            release_device_memory(resolve_device(cell.device))
+            release_cached_memory(resolve_device(cell.device))
             raise
         return self._loaded
 
@@ -170,7 +161,7 @@ class ModelCache:
         loaded, self._loaded = self._loaded, None
         name, device = loaded.key[0], loaded.device
         del loaded
-        release_device_memory(device)
+        release_cached_memory(device)
         self._on_event(f"released {name} on {device}")
 
     def _build(self, cell: Cell) -> Loaded:

@@ -8,10 +8,17 @@ true peak and a sampled maximum differently in a record (`peak_allocated_bytes` 
 `peak_allocated_sampled_bytes`), so the two are never compared as one quantity. `CpuMeter`
 measures the process's CPU time over a phase. `PhaseRecorder` reads all of it at every phase
 boundary of one generation: the bookkeeping of the engine's untimed, instrumented pass.
+
+CUDA graphs: a replay allocates nothing through the caching allocator (cudagraph trees capture
+every graph of a cell into one private memory pool, reserved at capture), so a CUDA-graph cell's
+peak allocated bytes leave its graphs' workspace out while its reserved bytes hold the pool;
+`cuda_graph_pool_bytes` reads the pool apart. A dropped pool returns to the allocator's cache
+only: `release_cached_memory` hands it back to the driver (`torch.cuda.empty_cache`).
 """
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -83,9 +90,11 @@ class _CudaCounters:
         "reserved": "torch.cuda.memory_reserved (memory_stats reserved_bytes.all.current): "
         "bytes held by the caching allocator",
         "peak_allocated": "torch.cuda.max_memory_allocated since the phase began "
-        "(memory_stats allocated_bytes.all.peak)",
+        "(memory_stats allocated_bytes.all.peak); a CUDA-graph cell's replays allocate "
+        "nothing, so its graphs' workspace (cuda_graph_pool_bytes) is not in it",
         "peak_reserved": "torch.cuda.max_memory_reserved since the phase began "
-        "(memory_stats reserved_bytes.all.peak)",
+        "(memory_stats reserved_bytes.all.peak); includes a CUDA-graph cell's graph pool "
+        "(cuda_graph_pool_bytes), reserved at capture",
     }
 
     def __init__(self, device: torch.device) -> None:
@@ -326,3 +335,60 @@ class PhaseRecorder:
         self.samples.append(
             ResourceSample.from_memory(phase, step, self.monitor.sample(), kv, cpu_percent)
         )
+
+
+def release_cached_memory(device: torch.device) -> None:
+    """Return the allocator's unused blocks to the device (CUDA, MPS); nothing to do on CPU.
+
+    Garbage is collected first (dropped CUDA graphs and static caches can sit in reference
+    cycles). On CUDA `empty_cache` also frees the segments of private pools no graph uses any
+    more; without it a dropped pool stays in `reserved` and in the next phase's peaks.
+    """
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        with torch.cuda.device(device):
+            torch.cuda.empty_cache()
+    elif device.type == "mps":
+        torch.mps.synchronize()
+        torch.mps.empty_cache()
+
+
+GRAPH_POOL_LABEL = (
+    "bytes of the CUDA caching allocator's segments in private memory pools on the device "
+    "(torch.cuda.memory_snapshot, segment_pool_id not (0, 0)) after the first calls: the pool "
+    "cudagraph trees capture the cell's CUDA graphs into (their intermediates and outputs), "
+    "reserved at capture and reused by every replay; in peak_reserved_bytes, not in "
+    "peak_allocated_bytes"
+)
+
+
+def cuda_graph_pool_bytes(device: torch.device) -> tuple[int | None, str]:
+    """The bytes held in private (CUDA graph) pools on `device`, and a label: what the figure
+    is (`GRAPH_POOL_LABEL`), or "n/a (why)" with None.
+
+    Read from the allocator's segments, not as a delta of `reserved` across the first calls:
+    that delta would also hold the static cache allocated at the first prefill and any
+    workspace compilation left cached. Private pools other than cudagraph trees' are not
+    created by phasebench, and an earlier cell's pool is gone after `release_cached_memory`.
+    """
+    if device.type != "cuda":
+        return None, f"n/a (no CUDA graphs on {device.type})"
+    # torch 2.13 leaves memory_snapshot untyped: a list of segment dicts, each with `device`,
+    # `total_size` and `segment_pool_id` (the owning private pool, (0, 0) for none: torch's
+    # `segmentInfoToDict` in torch/csrc/cuda/Module.cpp; cudagraph_trees filters on it too).
+    try:
+        segments = torch.cuda.memory_snapshot(include_traces=False)  # type: ignore[no-untyped-call]
+    except TypeError:  # an older torch without `include_traces` (traces only if recorded)
+        segments = torch.cuda.memory_snapshot()  # type: ignore[no-untyped-call]
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    total = 0
+    for segment in segments:
+        if segment.get("device") != index:
+            continue
+        pool = segment.get("segment_pool_id")
+        if pool is None:
+            return None, "n/a (this torch's memory_snapshot has no segment_pool_id)"
+        if tuple(pool) != (0, 0):  # (0, 0): the allocator's default pools
+            total += int(segment["total_size"])
+    return total, GRAPH_POOL_LABEL

@@ -1,31 +1,44 @@
 """Analytic FLOPs per phase, from the Hugging Face config alone (see `roofline` for the model).
 
 `ModelShape` reads the matrix shapes; `prefill_flops` and `decode_step_flops` count 2 FLOPs per
-multiply-add of every projection, the MLP, attention scores and values over the keys the kernel
-is given, and the LM head. Architectures without a verified formula raise
+multiply-add of every projection, the MLP, attention scores and values over the (query, key)
+pairs the causal mask allows (`causal_attention_pairs`: a sliding layer of window W at most W
+keys per query), and the LM head. Architectures without a verified formula raise
 `UnsupportedArchitectureError` (the suite records "n/a").
+
+The attention count is the work the model needs, not what a kernel does: a dense kernel (eager,
+math SDPA, a static cache's masked tail) also scores the masked pairs, a fused one (flash,
+memory-efficient SDPA on CUDA) skips whole masked tiles but computes the diagonal tiles whole.
+Every correct kernel computes at least these pairs, so an achieved rate over this count never
+exceeds the rate the device ran, and above 100 % of a peak stays a bug signal on every kernel.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
-from benchmarks.harness.cache.kv import analytic_kv, text_config
+from benchmarks.harness.cache.kv import layer_types, text_config
 from benchmarks.harness.errors import PhasebenchError
 from benchmarks.harness.model import compat
 
 # Families whose matrices are exactly the ones counted below (validated against
-# torch.utils.flop_counter in tests/harness/roofline/test_roofline.py).
+# torch.utils.flop_counter, less the masked pairs a dense kernel scores, in
+# tests/harness/roofline/test_roofline.py).
 SUPPORTED_MODEL_TYPES = frozenset(
     {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3", "gpt2"}
 )
 # Gated MLPs (gate, up, down); GPT-2's MLP has two matrices (c_fc, c_proj).
 _PLAIN_MLP_TYPES = frozenset({"gpt2"})
-_ATTENTION_KINDS = frozenset({"full_attention", "sliding_attention"})
+# transformers' layer-type names (`kv.layer_types`) of causal self-attention over all positions
+# and over a sliding window; the listed others hold no attention. Anything else (chunked
+# attention, a layer reusing another's K/V) has no verified count.
+_FULL_TYPES = frozenset({"full_attention", "attention"})
+_SLIDING_TYPES = frozenset({"sliding_attention"})
+_NO_ATTENTION_TYPES = frozenset({"linear_attention", "mamba", "conv", "moe", "mlp"})
+# What `attention_flops` counts, recorded with the roofline fields (`roofline_attention_pairs`):
+# records before it counted P^2 prefill pairs and every cached key at decode.
+ATTENTION_PAIRS_RULE = "causal"
 
 
 class UnsupportedArchitectureError(PhasebenchError):
@@ -128,7 +141,7 @@ class FlopCount:
 def prefill_flops(
     config: Any, *, batch: int, prompt_len: int, logits_positions: int = 1
 ) -> FlopCount:
-    """FLOPs of one prefill forward over `[batch, prompt_len]`.
+    """FLOPs of one prefill forward over `[batch, prompt_len]` from an empty cache.
 
     `logits_positions` is how many positions get logits: 1 (the last, as the engine asks with
     `logits_to_keep=1`), or `prompt_len` for a model whose forward cannot limit them
@@ -136,25 +149,59 @@ def prefill_flops(
     """
     check_positive(batch=batch, prompt_len=prompt_len, logits_positions=logits_positions)
     shape = ModelShape.from_config(config)
-    attention_layers = sum(1 for _ in _attention_layers(config, batch=batch, seq_len=0))
+    pairs = sum(prefill_attention_pairs(prompt_len, window) for window in attention_windows(config))
     return FlopCount(
         linear_flops=batch * prompt_len * shape.linear_flops_per_token(),
-        attention_flops=batch
-        * attention_layers
-        * prefill_attention_pairs(prompt_len)
-        * shape.attention_flops_per_query_key(),
+        attention_flops=batch * pairs * shape.attention_flops_per_query_key(),
         lm_head_flops=batch * logits_positions * shape.lm_head_flops_per_position(),
     )
 
 
-def prefill_attention_pairs(prompt_len: int) -> int:
-    """(query, key) pairs one prefill layer scores per sequence: P^2, the causal mask not removed.
+def prefill_attention_pairs(prompt_len: int, window: int | None = None) -> int:
+    """(query, key) pairs one prefill layer needs per sequence: P(P+1)/2 under a causal mask,
+    at most `window` keys per query on a sliding layer (`causal_attention_pairs`)."""
+    return causal_attention_pairs(prompt_len, cached=0, window=window)
 
-    The convention of this module and docs/measurement.md: the dense kernels phasebench times
-    on CPU (eager, math SDPA) compute every score and mask afterwards, so P(P+1)/2 would
-    undercount their work by half.
+
+def causal_attention_pairs(queries: int, *, cached: int = 0, window: int | None = None) -> int:
+    """(query, key) pairs a causal attention layer needs per sequence for `queries` new
+    positions after `cached` ones: the query at position t sees keys max(0, t - W + 1)..t,
+    min(t + 1, W) of them (`window` W: transformers' sliding mask `kv_idx > q_idx - W`, the same
+    on 4.46's Mistral/Gemma-2/Phi-3 masks; None: no window). A prefill is `cached = 0`, a
+    decode step `queries = 1, cached = T`, a chunk after a cached prefix anything between.
     """
-    return prompt_len * prompt_len
+    if queries < 0 or cached < 0 or (window is not None and window <= 0):
+        raise ValueError(
+            f"queries {queries}, cached {cached}, window {window}: the pair count needs "
+            "non-negative positions and a positive window."
+        )
+    last = cached + queries  # keys seen by the last query, before any window
+    if window is None or last <= window:
+        return (cached + 1 + last) * queries // 2
+    ramp_end = max(cached, window)  # queries up to here see t + 1 keys; later ones W
+    ramp = (cached + 1 + ramp_end) * (ramp_end - cached) // 2
+    return ramp + (last - ramp_end) * window
+
+
+def attention_windows(config: Any) -> list[int | None]:
+    """One entry per causal self-attention layer: its sliding window W, or None (all keys).
+
+    The layer types are `kv.layer_types` (the KV accounting's own reading of the config), the
+    window the config's `sliding_window`, whatever the transformers version keeps in its cache.
+    """
+    cfg = text_config(config)
+    windows: list[int | None] = []
+    for kind in layer_types(cfg, _positive(cfg, "num_hidden_layers")):
+        if kind in _FULL_TYPES:
+            windows.append(None)
+        elif kind in _SLIDING_TYPES:
+            windows.append(_positive(cfg, "sliding_window"))
+        elif kind not in _NO_ATTENTION_TYPES:
+            raise UnsupportedArchitectureError(
+                f"config ({getattr(cfg, 'model_type', '?')}) layer type `{kind}` has no "
+                "verified attention pair count; roofline fields are n/a."
+            )
+    return windows
 
 
 def prefill_logits_positions(model: Any, prompt_len: int) -> int:
@@ -167,24 +214,23 @@ def prefill_logits_positions(model: Any, prompt_len: int) -> int:
 
 
 def decode_step_flops(config: Any, *, batch: int, context_len: int) -> FlopCount:
-    """FLOPs of one decode step of `[batch, 1]` when the cache holds `context_len` positions."""
+    """FLOPs of one decode step of `[batch, 1]` when the cache holds `context_len` positions.
+
+    The new query meets `context_len + 1` keys on a full layer and at most W on a sliding one
+    (from transformers 4.56 exactly what the layer's cache holds plus itself, `kv.analytic_kv`;
+    older versions keep every position and mask all but W).
+    """
     check_positive(batch=batch, context_len=context_len)
     shape = ModelShape.from_config(config)
-    keys = sum(held + 1 for held in _attention_layers(config, batch=batch, seq_len=context_len))
+    pairs = sum(
+        causal_attention_pairs(1, cached=context_len, window=window)
+        for window in attention_windows(config)
+    )
     return FlopCount(
         linear_flops=batch * shape.linear_flops_per_token(),
-        attention_flops=batch * keys * shape.attention_flops_per_query_key(),
+        attention_flops=batch * pairs * shape.attention_flops_per_query_key(),
         lm_head_flops=batch * shape.lm_head_flops_per_position(),
     )
-
-
-def _attention_layers(config: Any, *, batch: int, seq_len: int) -> Iterator[int]:
-    """Positions held by each attention layer's cache after `seq_len` positions."""
-    # The KV module owns the per-version cache rules; the dtype does not change positions.
-    layout = analytic_kv(config, dtype=torch.float32, batch=batch, seq_len=seq_len)
-    for layer in layout.layers:
-        if layer.kind in _ATTENTION_KINDS:
-            yield layer.k_shape[2]
 
 
 def check_positive(**values: int) -> None:

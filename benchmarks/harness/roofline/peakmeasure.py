@@ -9,6 +9,10 @@
   A square `torch.mm` is *not* used: on a CPU without bf16 units it takes a path that is neither
   what the model runs nor bounded (an AVX2-only EPYC runs a 2,048^2 bf16 `mm` at 0.3 GFLOP/s,
   minutes per peak, against ~10 GFLOP/s for `F.linear` on the same operands).
+  A GEMM runs closer to the peak the more rows (tokens) it has, so where the cells it serves
+  run more tokens (`for_device(device, tokens=B·P)`: 8 x 4,096 = 32,768 on the CUDA matrix's
+  biggest prefill) the same matrices are measured at that many rows too, capped at
+  `MAX_PEAK_TOKENS` and by memory: a cell is never judged against a peak of a smaller GEMM.
 * Every rate is the best of synchronized blocks (`device_sync` before and after), each block
   repeating the op until it lasts `min_block_s`, after one untimed first call. The whole
   measurement stops within `MeasurePolicy.budget_s`: a tiny sizing call first estimates the
@@ -33,8 +37,13 @@ import psutil
 import torch
 from torch.nn import functional
 
+from benchmarks.harness.device import memory
 from benchmarks.harness.device.cpustate import allowed_cpus, last_level_cache
 from benchmarks.harness.device.devices import device_sync
+
+# What the measurement calls when done (`memory.release_cached_memory`); named here, where the
+# doctor imports it and tests replace it.
+release_cached_memory = memory.release_cached_memory
 
 Shape = tuple[int, int, int]
 """An F.linear shape `(tokens, in_features, out_features)`."""
@@ -52,6 +61,9 @@ CUDA_SHAPES: tuple[Shape, ...] = ((8192, 4096, 4096), (8192, 4096, 14336), (8192
 MANY_CORE_CPUS = 8
 CPU_LARGE_SHAPE: Shape = (2048, 4096, 4096)
 SIZING_TOKENS = 16  # the sizing call: the first shape with this many tokens
+# The most rows a peak shape grows to (8 sequences of 8,192 tokens): past it a GEMM's rate has
+# long stopped rising, and one call of the largest CUDA shape is ~8 TFLOP (10-100 ms).
+MAX_PEAK_TOKENS = 65536
 
 
 def linear_flop(shape: Shape) -> int:
@@ -71,19 +83,49 @@ class MeasurePolicy:
     min_block_s: float = 0.05  # each block repeats the op until it lasts at least this long
     bandwidth_share: float = 0.25  # of the budget, for the copy
 
+    @property
+    def planned_tokens(self) -> int:
+        """The most rows (tokens) among the F.linear shapes: what a measurement reaches unless
+        the time budget skips a shape."""
+        return max(tokens for tokens, _, _ in self.linear_shapes)
+
     @classmethod
-    def for_device(cls, device: torch.device) -> MeasurePolicy:
-        """Buffers past the last-level cache and within free memory; model-like shapes."""
+    def for_device(cls, device: torch.device, tokens: int | None = None) -> MeasurePolicy:
+        """Buffers past the last-level cache and within free memory; model-like shapes, also at
+        `tokens` rows (the largest B·P of the cells the peak serves) where that is more."""
         if device.type == "cuda":
             free_bytes, _ = torch.cuda.mem_get_info(device)
-            return cls(_clamp(1 << 30, free_bytes // 8), CUDA_SHAPES, budget_s=15.0)
+            shapes = shapes_reaching(CUDA_SHAPES, tokens, free_bytes // 4)
+            return cls(_clamp(1 << 30, free_bytes // 8), shapes, budget_s=15.0)
+        available = psutil.virtual_memory().available
         if device.type == "mps":
-            return cls(512 << 20, MPS_SHAPES, budget_s=15.0)
+            return cls(512 << 20, shapes_reaching(MPS_SHAPES, tokens, available // 8), 15.0)
         llc = last_level_cache()
         past_cache = max(256 << 20, 4 * (llc.total_bytes if llc else 0))
         many = len(allowed_cpus()) >= MANY_CORE_CPUS
         shapes = (*CPU_SHAPES, CPU_LARGE_SHAPE) if many else CPU_SHAPES
-        return cls(_clamp(past_cache, psutil.virtual_memory().available // 8), shapes, 10.0)
+        shapes = shapes_reaching(shapes, tokens, available // 8)
+        return cls(_clamp(past_cache, available // 8), shapes, 10.0)
+
+
+def shapes_reaching(
+    shapes: tuple[Shape, ...], tokens: int | None, most_bytes: int
+) -> tuple[Shape, ...]:
+    """`shapes`, plus each one's matrices at `tokens` rows where that is more than its own,
+    smallest first (the admission rule of `measure_linear` relies on it).
+
+    The rows are capped at `MAX_PEAK_TOKENS` and so that one call's operands and output (x, w,
+    out, counted at 4 bytes, the widest dtype measured) fit in `most_bytes`.
+    """
+    if tokens is None:
+        return shapes
+    grown: list[Shape] = []
+    for rows, fan_in, fan_out in shapes:
+        fitting = (most_bytes // 4 - fan_in * fan_out) // (fan_in + fan_out)
+        wanted = min(tokens, MAX_PEAK_TOKENS, fitting)
+        if wanted > rows:
+            grown.append((wanted, fan_in, fan_out))
+    return tuple(sorted(dict.fromkeys((*shapes, *grown)), key=linear_flop))
 
 
 def _clamp(wanted: int, most: int) -> int:
@@ -108,6 +150,11 @@ class MeasuredPeaks:
     bandwidth_bytes_per_s: float
     linear: LinearPeak
     seconds: float
+
+    @property
+    def flop_tokens(self) -> int:
+        """The most rows (tokens) of an F.linear shape the FLOP/s figure measured."""
+        return max(tokens for tokens, _, _ in self.linear.measured)
 
 
 def best_rate(
@@ -251,18 +298,3 @@ def measure(
     finally:
         release_cached_memory(device)
     return MeasuredPeaks(flops.flop_per_s, bandwidth, flops, time.perf_counter() - started)
-
-
-def release_cached_memory(device: torch.device) -> None:
-    """Return the allocator's free blocks to the device (CUDA, MPS); nothing to do on CPU.
-
-    The measurement's buffers are dead by now; emptying the cache keeps their blocks out of the
-    `reserved` and `peak_reserved` counters of the benchmark that runs next.
-    """
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        with torch.cuda.device(device):
-            torch.cuda.empty_cache()
-    elif device.type == "mps":
-        torch.mps.synchronize()
-        torch.mps.empty_cache()

@@ -4,11 +4,13 @@ Three ways to a `Peaks` value, each named in `Peaks.source` (DESIGN §3: never a
 
 * **measured** (`"measured:copy/linear"`): on the device itself with torch, within a time
   budget (`peakmeasure.py`): bandwidth is a large device-to-device `copy_`, FLOP/s the best
-  `F.linear` rate over a few model-like shapes, the op and weight layout the model runs.
+  `F.linear` rate over a few model-like shapes, the op and weight layout the model runs, also
+  at as many rows as the largest prefill it serves (`PeakRequest.flop_tokens`, B·P).
 * **cached**: measured peaks are stored per machine fingerprint, device and dtype in a JSON file
   (`.phasebench/peaks.json` by default: beside the history folder, not in it) with
   `schema: 1`; other versions are refused with a fix. An entry measured by another method (an
-  older `measured:copy/matmul`) is not trusted: it is measured again and replaced.
+  older `measured:copy/matmul`), or planned for fewer rows than this run's shapes
+  (`planned_flop_tokens`), is not trusted: it is measured again (the larger figures kept).
 * **table** (`"table:<name> (<source>)"`): vendor datasheet figures for known accelerators
   (`peaktable.PEAK_TABLE`, each row naming its source).
 
@@ -83,7 +85,9 @@ class Peaks:
     """Peak FLOP/s (in one dtype) and memory bandwidth of one device, with their provenance.
 
     `cache_bytes` is the device's last-level cache size where known: a working set that fits in
-    it is not bound by the DRAM bandwidth measured here (roofline.py uses it).
+    it is not bound by the DRAM bandwidth measured here (roofline.py uses it). `flop_tokens`:
+    the most rows (tokens) of an F.linear shape behind a measured FLOP/s (None: a table row,
+    or an entry cached before it was recorded).
     """
 
     flop_per_s: float | None
@@ -91,6 +95,7 @@ class Peaks:
     source: str
     dtype: str
     cache_bytes: int | None = None
+    flop_tokens: int | None = None
 
     @classmethod
     def unknown(cls, dtype: torch.dtype | str, cache_bytes: int | None = None) -> Peaks:
@@ -105,6 +110,7 @@ class Peaks:
             "source": self.source,
             "dtype": self.dtype,
             "cache_bytes": self.cache_bytes,
+            "flop_tokens": self.flop_tokens,
         }
 
     @classmethod
@@ -116,6 +122,7 @@ class Peaks:
             source=str(data["source"]),
             dtype=str(data["dtype"]),
             cache_bytes=None if data.get("cache_bytes") is None else int(data["cache_bytes"]),
+            flop_tokens=None if data.get("flop_tokens") is None else int(data["flop_tokens"]),
         )
 
 
@@ -166,6 +173,7 @@ def measure_peaks(
         source=MEASURED_SOURCE,
         dtype=_dtype_name(dtype),
         cache_bytes=last_level_cache_bytes(device),
+        flop_tokens=measured.flop_tokens,
     )
 
 
@@ -244,12 +252,22 @@ def load_peaks_file(path: Path) -> dict[str, Any]:
     return entries
 
 
-def store_peaks(path: Path, key: str, peaks: Peaks, *, fingerprint: Mapping[str, str]) -> None:
-    """Add or replace one entry and rewrite the file atomically (temp file + rename)."""
+def store_peaks(
+    path: Path,
+    key: str,
+    peaks: Peaks,
+    *,
+    fingerprint: Mapping[str, str],
+    planned_flop_tokens: int | None = None,
+) -> None:
+    """Add or replace one entry and rewrite the file atomically (temp file + rename), with
+    the most rows its shapes offered (`MeasurePolicy.planned_tokens`): a run planning more
+    measures again."""
     entries = load_peaks_file(path)
     record = peaks.to_json()
     record["measured_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     record["fingerprint"] = dict(fingerprint)
+    record["planned_flop_tokens"] = planned_flop_tokens
     entries[key] = record
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = json.dumps({"schema": PEAKS_SCHEMA, "entries": entries}, indent=2, sort_keys=True)
@@ -285,13 +303,17 @@ class PeakRequest:
     policy: MeasurePolicy | None = None
     refresh: bool = False  # measure even on a cache hit; the cache keeps the higher figures
     previous: Peaks | None = None
+    # The largest prefill GEMM (B·P tokens) of the cells the peak serves; None: the device's
+    # default shapes. Ignored with an explicit `policy`.
+    flop_tokens: int | None = None
 
 
 def resolve_peaks(request: PeakRequest) -> Peaks:
     """Peaks for a device and dtype, by `request.mode`.
 
-    * "measured": from the cache file when this fingerprint/device/dtype is there (and was
-      measured by this method), else measured now and stored. With `refresh`, measured anyway.
+    * "measured": from the cache file when this fingerprint/device/dtype is there (measured by
+      this method, with shapes reaching this run's `policy.planned_tokens`), else measured and
+      stored. With `refresh`, measured anyway.
       Either way the result is the per-figure maximum of the new, the cached and
       `request.previous` figures: a peak is the best the machine has shown, and a measurement
       taken while the machine was busy must not lower it. A CPU measurement during which other
@@ -306,22 +328,31 @@ def resolve_peaks(request: PeakRequest) -> Peaks:
         return _table_peaks(request)
     key = cache_key(request.fingerprint_id, request.device, request.dtype)
     entries = load_peaks_file(request.cache_path)
-    cached = None
+    policy = request.policy or MeasurePolicy.for_device(request.device, request.flop_tokens)
+    planned = policy.planned_tokens
+    cached, cached_planned = None, 0
     if key in entries and entries[key].get("source") == MEASURED_SOURCE:
         cached = Peaks.from_json(entries[key])
-    if cached is not None and not request.refresh:
+        cached_planned = int(entries[key].get("planned_flop_tokens") or 0)
+    if cached is not None and cached_planned >= planned and not request.refresh:
         return _keep_larger(cached, request.previous)
     if request.device.type == "cpu":
         meter = CpuUseMeter()
         meter.start()
-        fresh = measure_peaks(request.device, request.dtype, request.policy)
+        fresh = measure_peaks(request.device, request.dtype, policy)
         busy = _cpu_busy(meter.stop())
     else:
-        fresh = measure_peaks(request.device, request.dtype, request.policy)
+        fresh = measure_peaks(request.device, request.dtype, policy)
         busy = False
     best = _keep_larger(_keep_larger(fresh, cached), request.previous)
     if not busy:
-        store_peaks(request.cache_path, key, best, fingerprint=request.fingerprint)
+        store_peaks(
+            request.cache_path,
+            key,
+            best,
+            fingerprint=request.fingerprint,
+            planned_flop_tokens=max(planned, cached_planned),
+        )
     # Busy: other work shared the CPUs, so the fresh figure is a floor: fine for this run's
     # percentages (as the larger of it and what is known), but not a peak to keep.
     return best
@@ -357,6 +388,7 @@ def _keep_larger(peaks: Peaks, other: Peaks | None) -> Peaks:
         source=peaks.source,
         dtype=peaks.dtype,
         cache_bytes=peaks.cache_bytes,
+        flop_tokens=max((t for t in (peaks.flop_tokens, other.flop_tokens) if t), default=None),
     )
 
 

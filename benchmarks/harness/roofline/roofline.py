@@ -9,14 +9,16 @@ What is counted (DESIGN §3 "roofline"), from the Hugging Face config alone:
   given, and the LM head on the positions whose logits are computed (prefill: the last position
   only, as `generate` and our engine do, unless the forward cannot limit them; decode: the one
   new position).
-* **Attention keys** follow what the dense kernels are handed. Prefill: every query meets all
-  P keys, **P^2 pairs per sequence and layer, not the causal P(P+1)/2 or P^2/2**
-  (`prefill_attention_pairs`): eager and math/CPU SDPA kernels compute the masked scores, as
-  `torch.utils.flop_counter` and the PaLM/nanoGPT MFU formulas count; a fused kernel that skips
-  masked blocks does about half the counted attention work. Decode at context T: the new query
-  meets what the layer's cache holds plus itself, `held(T) + 1`, `held` from
-  `kv.analytic_kv` (T on full layers, `min(T, W - 1)` on sliding layers in transformers >=
-  4.56), so KV accounting and FLOPs never disagree.
+* **Attention pairs** are the (query, key) pairs the causal mask allows
+  (`flops.causal_attention_pairs`; recorded as `roofline_attention_pairs: "causal"`): prefill
+  **P(P+1)/2 per sequence and layer**, a sliding layer of window W at most W keys per query;
+  decode at context T: `T + 1` keys on a full layer, `min(T + 1, W)` on a sliding one (from
+  transformers 4.56 exactly what the cache holds plus the new position, `kv.analytic_kv`). This
+  is the work the model needs, which every correct kernel does at least: dense kernels (eager,
+  math/CPU SDPA, a static cache's masked tail) also score the masked pairs and fused CUDA
+  kernels compute the diagonal tiles whole, so their FLOP/s over this count is lower than what
+  they execute, never higher, and > 100 % of a peak stays a bug signal. Records before this
+  rule (no `roofline_attention_pairs`) counted all P^2 prefill pairs and every cached key.
 * **Bytes per decode step** = weights read + KV read + KV written. Weights: every parameter once
   per step (unique storage; a tied LM head counts once, as the full matrix, because the LM head
   reads all of it); an embedding table that is *not* the LM head is read for only B rows (one row
@@ -57,6 +59,7 @@ from collections.abc import Callable
 from torch import nn
 
 from benchmarks.harness.roofline.flops import (
+    ATTENTION_PAIRS_RULE,
     UnsupportedArchitectureError,
     decode_step_flops,
     prefill_flops,
@@ -126,6 +129,9 @@ def roofline_extra_info(
         "peak_flop_per_s": peaks.flop_per_s,
         "peak_bandwidth_bytes_per_s": peaks.bandwidth_bytes_per_s,
         "peak_source": peaks.source,
+        # The most GEMM rows the measured FLOP/s peak ran (None: a table peak, or none).
+        "peak_flop_tokens": peaks.flop_tokens,
+        "roofline_attention_pairs": ATTENTION_PAIRS_RULE,
     }
     try:
         if prefill_s is not None and prefill_s > 0:

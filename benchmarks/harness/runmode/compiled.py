@@ -19,6 +19,12 @@
   CUDA graphs free or overwrite a replay's outputs at the next replay; the engine computes the
   next token from the logits before it calls the model again and keeps no other output (the
   static cache's buffers are inputs, allocated before the first call: `static.make_static_cache`).
+  Memory: the dynamo reset drops the previous cell's graphs (and the static caches dynamo kept),
+  whose private pool the allocator would keep cached, so the allocator's cache is emptied after
+  it (`memory.release_cached_memory`), eager cells too: each cell's reserved figures start from
+  its own. A CUDA-graph cell's replays allocate nothing, so its graph pool, reserved at capture,
+  is read after the first calls (`cuda_graph_pool_bytes`, labelled `cuda_graph_pool_label`): in
+  the cell's `peak_reserved_bytes`, never in its `peak_allocated_bytes`.
 * `TimedWindow`: around the timed rounds. It reads `torch._dynamo.utils.counters` before and
   after (frames compiled, graph breaks) and sets `torch._dynamo.config.error_on_recompile`, so
   a recompilation inside the timed rounds stops the cell with dynamo's guard-failure reason
@@ -43,6 +49,7 @@ import torch._inductor.config
 from torch._dynamo.utils import counters
 
 from benchmarks.harness.device.devices import device_sync
+from benchmarks.harness.device.memory import cuda_graph_pool_bytes, release_cached_memory
 from benchmarks.harness.errors import PhasebenchError
 
 
@@ -135,20 +142,22 @@ def first_calls(
 ) -> dict[str, Any]:
     """Compile cost of a compiled cell (extra_info fields); `{}` for an eager cell.
 
-    Resets dynamo, times the first prefill and first decode step, then runs one untimed
+    Every cell first resets dynamo and empties the allocator's cache (module docstring). Then
+    for a compiled cell it times the first prefill and first decode step, then runs one untimed
     generation of `new_tokens` so that the timed rounds meet only compiled shapes. `progress`
     gets a line before and after (compiling a real model takes minutes on a CPU).
     """
+    device = engine.device
+    # Release what an earlier compiled cell left with dynamo (its graphs, and the static caches
+    # `mark_static_address` keeps alive), then the blocks and graph pools it leaves cached, so
+    # none of it is in this cell's memory figures.
+    torch._dynamo.reset()
+    release_cached_memory(device)
     if not is_compiled(mode):
-        # Release what an earlier compiled cell left with dynamo (its graphs, and the static
-        # caches `mark_static_address` keeps alive), so none of it is in this cell's memory.
-        torch._dynamo.reset()
         return {}
     say = progress or (lambda _line: None)
     say(f"torch.compile {mode}: compiling (first prefill, first decode step, one generation) ...")
-    torch._dynamo.reset()
     start = DynamoCounts.now()
-    device = engine.device
     graphs = uses_cuda_graphs(mode, device.type)
     with cuda_graphs_kept(graphs, mode, "first calls"):
         prefill_s, prefill = _timed_call(device, lambda: engine.prefill(prompt))
@@ -159,6 +168,11 @@ def first_calls(
         first = DynamoCounts.now().since(start)
         warm_s, _ = _timed_call(device, lambda: engine.client_generate(prompt, new_tokens))
     warmed = DynamoCounts.now().since(start)
+    pool_bytes, pool_label = (
+        cuda_graph_pool_bytes(device)
+        if graphs
+        else (None, f"n/a (torch.compile {mode} on {device.type} captures no CUDA graphs)")
+    )
     say(
         f"torch.compile {mode}: compile_s {prefill_s + decode_s:.1f} s (first prefill + decode "
         f"step; inductor cache {first.fx_cache_hits} hit(s), {first.fx_cache_misses} miss(es)), "
@@ -176,6 +190,8 @@ def first_calls(
         "compile_fx_cache_hits": first.fx_cache_hits,
         "compile_fx_cache_misses": first.fx_cache_misses,
         "compile_cuda_graphs": graphs,
+        "cuda_graph_pool_bytes": pool_bytes,
+        "cuda_graph_pool_label": pool_label,
         "compile_warmup_generation_s": warm_s,
         "compile_warmup": (
             "dynamo reset, first prefill + first decode step timed (compile_s), then one untimed "

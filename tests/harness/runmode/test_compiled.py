@@ -6,6 +6,8 @@ Slow (inductor generates and builds C++ for the tiny model, ~20 s), so kept to o
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -74,7 +76,7 @@ def test_eager_cells_record_nothing_and_never_fail():
         torch.compile(lambda x: x * 2, backend="eager")(torch.ones(2))
     assert window.extra_info() == {}
     window.check()
-    assert first_calls(object(), torch.ones(1), 1, "none") == {}
+    assert first_calls(SimpleNamespace(device=CPU), torch.ones(1), 1, "none") == {}
 
 
 def test_counts_are_differences_of_dynamo_counters():

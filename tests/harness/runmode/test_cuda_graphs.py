@@ -270,6 +270,9 @@ class _FakeEngine:
 @pytest.fixture
 def no_device_sync(monkeypatch):
     monkeypatch.setattr(compiled, "device_sync", lambda device: None)
+    # Nor an allocator: the cache emptied and the graph pool read are test_graph_memory.py's.
+    monkeypatch.setattr(compiled, "release_cached_memory", lambda device: None)
+    monkeypatch.setattr(compiled, "cuda_graph_pool_bytes", lambda device: (None, "n/a (fake)"))
 
 
 @pytest.mark.usefixtures("no_device_sync")
