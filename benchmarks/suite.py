@@ -328,9 +328,9 @@ class Rounds:
         keep: Callable[[Any], Any] | None = None,
         min_timed_s: float = 0.0,
     ) -> int:
-        """One untimed round of the timed call (`_warm_round`), then the timed rounds (at least
-        `rounds`, more while they would add up to less than `min_timed_s`: `timed_rounds`);
-        `keep(output)` per timed round. Returns how many rounds were timed."""
+        """One untimed round of the timed call (`_warm_round`), a phase's energy block (devstate),
+        the timed rounds (at least `rounds`, more while they would add up to less than
+        `min_timed_s`: `timed_rounds`); `keep(output)` per timed round. Returns the rounds timed."""
         self._keep = keep
         # A compiled cell fails if torch.compile (re)compiles in the timed rounds (DESIGN §9).
         from benchmarks.calibration.slowdown import (  # noqa: PLC0415 - torch
@@ -361,11 +361,12 @@ class Rounds:
         ):
             # pytest-benchmark keeps the timer the suite gave it (`collect`: the synchronizing
             # one) as `_timer`; a fake benchmark in a test has none.
-            warm_s = self._warm_round(getattr(benchmark, "_timer", time.perf_counter))
+            warm_s = self._warm_round(timer := getattr(benchmark, "_timer", time.perf_counter))
             rounds = timed_rounds(rounds, warm_s, min_timed_s)
             info["warm_round_s"] = warm_s  # what `min_timed_s` counted the rounds from
+            device_state.block_for(info, self._run, self._prepare, call_s=warm_s, timer=timer)
             others.start()
-            device_state.start()  # GPU state and energy, read around the rounds only
+            device_state.start()  # GPU state (and energy where no block ran) around the rounds
             waited_before_s = LEDGER.waited_s
             benchmark.pedantic(target, setup=self.setup, rounds=rounds, warmup_rounds=0)
             info.update(waited_extra_info(waited_before_s))

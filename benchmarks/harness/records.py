@@ -223,25 +223,38 @@ PHASE_TOKENS = {
 def phase_energy_fields(
     info: Mapping[str, Any], rounds_s: Sequence[float] | None, params: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """`prefill_j_per_tok` or `decode_j_per_tok` from the energy window around the rounds.
+    """`prefill_j_per_tok` or `decode_j_per_tok` from the energy block, and `energy_timed_s`.
 
-    `info` is the benchmark's extra_info (its `measurement` and the `energy_window_*` fields of
-    `devstate.RoundsMeter`), `params` the cell's axes (`batch`, `prompt_len`). The window also
-    holds the untimed setup between rounds (the prompt copy, a cache restore), which the counter
-    is too coarse to cut out; so the window's mean power is charged for the timed seconds only:
-    `J/tok = energy_window_j / energy_window_s * sum(rounds_s) / (rounds * tokens per round)`.
-    Total energy, idle power included. {} for a measurement that is not one phase; None (the
-    counter's `energy_reason` says why) when there is no reading or no round times.
+    `info` is the benchmark's extra_info: its `measurement` and the energy fields of
+    `devstate.RoundsMeter` (`energy_method`, `energy_window_j`, `energy_window_s`,
+    `energy_block_calls`); `params` the cell's axes (`batch`, `prompt_len`); `rounds_s` the
+    timed rounds. A phase's figure comes only from its back-to-back block, which holds the
+    timed call and nothing else (`energyblock.py`):
+    `J/tok = energy_window_j / (energy_block_calls x tokens per call)`. Total energy, idle power
+    included. A window around the rounds holds their setup (a cache restore is most of a
+    decode round), so it makes no per-token figure: None, with `energy_reason`.
+
+    `energy_timed_s` is the seconds of the measured operation inside the energy window: all of
+    a block's window, the timed rounds' sum for a window around the rounds (the rest is setup).
+    A measurement that is not one phase gets `energy_timed_s` only.
     """
+    block = str(info.get("energy_method", "")).startswith("block:")
+    window_s = info.get("energy_window_s")
+    timed_s = window_s if block else (sum(rounds_s) if rounds_s else None)
+    fields: dict[str, Any] = {"energy_timed_s": timed_s}
     tokens = PHASE_TOKENS.get(str(info.get("measurement", "")))
     batch, prompt_len = params.get("batch"), params.get("prompt_len")
     if tokens is None or not isinstance(batch, int) or not isinstance(prompt_len, int):
-        return {}
+        return fields
     name = f"{info['measurement']}_j_per_tok"
-    window_j, window_s = info.get("energy_window_j"), info.get("energy_window_s")
-    timed_s = sum(rounds_s) if rounds_s else None
-    if timed_s is None or not isinstance(window_j, int | float) or not window_s or window_s <= 0:
-        return {name: None, "energy_timed_s": timed_s}
-    timed_j = float(window_j) / float(window_s) * timed_s
-    count = len(rounds_s or ()) * tokens(batch, prompt_len)
-    return {name: timed_j / count, "energy_timed_s": timed_s}
+    joules, calls = info.get("energy_window_j"), info.get("energy_block_calls")
+    if block and isinstance(joules, int | float) and isinstance(calls, int) and calls > 0:
+        fields[name] = float(joules) / (calls * tokens(batch, prompt_len))
+        return fields
+    fields[name] = None
+    if not block and not info.get("energy_reason"):
+        fields["energy_reason"] = (
+            "no back-to-back energy block was metered: a window around the timed rounds holds "
+            "their setup, so no per-token figure is made from it"
+        )
+    return fields

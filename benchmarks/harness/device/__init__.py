@@ -6,7 +6,9 @@ for the memory fit), `gpuid` (which GPU this is), `cpustate` (CPU load and frequ
 processes' CPU use), `fpstate` (FTZ/DAZ, pinned per cell), `noise` (warm-up until stable, thread
 pinning, thermal state), `fingerprint` (the machine and stack a run is recorded on, the MPS
 fallback refusal), `nvml` (a typed NVML wrapper), the energy counters (`rapl`, `powermetrics`,
-`energy`) and `devstate` (GPU state and energy around a benchmark's timed rounds).
+`energy`), `energyblock` (the block of timed calls energy per token is metered over),
+`gpuwindow` (the GPU's throttle time, clocks and power during the rounds) and `devstate` (GPU
+state and energy around a benchmark's timed rounds).
 The bottom of the library: nothing here knows a model or a cache.
 
 May import: benchmarks.harness.errors, torch, transformers, psutil, pynvml.

@@ -10,7 +10,15 @@ the others, and nothing here raises after `open_gpu` succeeded.
 
 Readings: SM and memory clocks (current and maximum, MHz), throttle reasons (NVML's bitmask as
 names), power draw and power limit (W), and the total-energy counter (J since the driver loaded;
-Volta and newer). `close()` shuts NVML down again (NVML counts init/shutdown pairs).
+Volta and newer). Two readings hold what happened *between* two reads, for the state during a
+load that a read after a device sync (an idle GPU) cannot see:
+
+* `violation_s(policy)`: the cumulative time the clocks were held below the application clocks
+  by the power or thermal limiter (`nvmlDeviceGetViolationStatus`, ns since the driver loaded);
+* `samples(kind, since_us)`: the driver's own buffered samples of SM clock, memory clock or
+  power newer than a timestamp (`nvmlDeviceGetSamples`), so nothing samples beside the load.
+
+`close()` shuts NVML down again (NVML counts init/shutdown pairs).
 
 The pynvml module is injectable (`nvml=`) so tests run without a GPU or the package.
 """
@@ -39,7 +47,44 @@ THROTTLE_REASONS = (
     ("nvmlClocksThrottleReasonDisplayClockSetting", "display_clocks"),
 )
 
+# Limiters whose cumulative violation time NVML keeps, by our label: `nvmlPerfPolicyType_t`
+# (NVML_PERF_POLICY_POWER = 0, _THERMAL = 1 in nvml.h and pynvml), read with
+# nvmlDeviceGetViolationStatus, whose `nvmlViolationTime_t.violationTime` is in ns (NVML API
+# reference). Not the newer field values (NVML_FI_DEV_CLOCKS_EVENT_REASON_*): their ids moved
+# between nvidia-ml-py releases (SW_THERM_SLOWDOWN is 251 in older ones, 269 in 13.615, where
+# 251 is a power-smoothing flag), so a pynvml older than the driver would read another field.
+VIOLATION_POLICIES = {"power": "NVML_PERF_POLICY_POWER", "thermal": "NVML_PERF_POLICY_THERMAL"}
+
+# The driver's sample buffers, by our label: (pynvml sampling type, value -> our unit). Clock
+# samples are in MHz, power samples in mW (nvmlDeviceGetSamples: "unsigned int" values).
+SAMPLE_KINDS = {
+    "sm_clock_mhz": ("NVML_PROCESSOR_CLK_SAMPLES", 1.0),
+    "mem_clock_mhz": ("NVML_MEMORY_CLK_SAMPLES", 1.0),
+    "power_w": ("NVML_TOTAL_POWER_SAMPLES", 1e-3),
+}
+# nvmlValue_t's member for each nvmlValueType_t, by pynvml constant name.
+_VALUE_MEMBERS = (
+    ("NVML_VALUE_TYPE_DOUBLE", "dVal"),
+    ("NVML_VALUE_TYPE_UNSIGNED_INT", "uiVal"),
+    ("NVML_VALUE_TYPE_UNSIGNED_LONG", "ulVal"),
+    ("NVML_VALUE_TYPE_UNSIGNED_LONG_LONG", "ullVal"),
+    ("NVML_VALUE_TYPE_SIGNED_LONG_LONG", "sllVal"),
+    ("NVML_VALUE_TYPE_SIGNED_INT", "siVal"),
+    ("NVML_VALUE_TYPE_UNSIGNED_SHORT", "usVal"),
+)
+# pynvml's NVMLError carries the nvmlReturn_t as `.value`; NOT_FOUND (6) from
+# nvmlDeviceGetSamples means "no sample newer than the timestamp", not "unsupported".
+_NVML_ERROR_NOT_FOUND = 6
+
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One of the driver's buffered samples: its CPU timestamp (us) and value in our unit."""
+
+    timestamp_us: int
+    value: float
 
 
 @dataclass(frozen=True)
@@ -96,12 +141,48 @@ class NvmlGpu:
 
     def throttle_reasons(self) -> tuple[str, ...] | None:
         """Why the clocks are below their maximum now, by name (`THROTTLE_REASONS`); () = none."""
-        mask = self._query(
-            lambda: self._nvml.nvmlDeviceGetCurrentClocksThrottleReasons(self._handle)
+        # The "Throttle" getter is deprecated for the "Event" one (pynvml: removed in CUDA 14);
+        # both return the same bits.
+        getter = getattr(self._nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+            self._nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
         )
+        if getter is None:
+            return None
+        mask = self._query(lambda: getter(self._handle))
         if mask is None:
             return None
         return throttle_names(self._nvml, int(mask))
+
+    def violation_s(self, policy: str) -> float | None:
+        """Seconds the clocks were held below the application clocks by `policy` ("power",
+        "thermal": `VIOLATION_POLICIES`) since the driver loaded; None when unsupported."""
+        constant = getattr(self._nvml, VIOLATION_POLICIES[policy], None)
+        if constant is None:
+            return None
+        status = self._query(
+            lambda: self._nvml.nvmlDeviceGetViolationStatus(self._handle, constant)
+        )
+        return int(status.violationTime) / 1e9 if status is not None else None
+
+    def samples(self, kind: str, since_us: int = 0) -> list[Sample] | None:
+        """The driver's buffered samples of `kind` (`SAMPLE_KINDS`) newer than `since_us` (a
+        timestamp of an earlier sample; 0: all the buffer holds), oldest first; [] when there
+        is none newer, None when this GPU or driver keeps no such samples."""
+        constant, scale = SAMPLE_KINDS[kind]
+        sampling = getattr(self._nvml, constant, None)
+        if sampling is None:
+            return None
+        try:
+            value_type, raw = self._nvml.nvmlDeviceGetSamples(self._handle, sampling, since_us)
+        except Exception as error:  # NotFound: nothing newer; anything else: unsupported
+            return [] if getattr(error, "value", None) == _NVML_ERROR_NOT_FOUND else None
+        member = _value_member(self._nvml, int(value_type))
+        if member is None:
+            return None
+        found = [
+            Sample(int(s.timeStamp), float(getattr(s.sampleValue, member)) * scale) for s in raw
+        ]
+        return sorted(found, key=lambda s: s.timestamp_us)
 
     def power_w(self) -> float | None:
         """The power draw NVML reports now (mW -> W; on recent GPUs a short moving average)."""
@@ -122,6 +203,14 @@ class NvmlGpu:
         """Shut NVML down (pairs with the init in `open_gpu`); never raises."""
         with contextlib.suppress(Exception):
             self._nvml.nvmlShutdown()
+
+
+def _value_member(nvml: Any, value_type: int) -> str | None:
+    # The union member a sample's nvmlValueType_t names; None for a type this pynvml lacks.
+    for constant, member in _VALUE_MEMBERS:
+        if getattr(nvml, constant, None) == value_type:
+            return member
+    return None
 
 
 def throttle_names(nvml: Any, mask: int) -> tuple[str, ...]:

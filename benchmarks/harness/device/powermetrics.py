@@ -78,6 +78,8 @@ class PowermetricsSampler:
         self.rail = rail
         self.source = f"powermetrics:{rail}"
         self.failure: str | None = None
+        # The window's resolution (`energy.short_window_reason`): one sample interval.
+        self.update_period_s = INTERVAL_MS / 1000
         self._popen = popen
         self._clock = clock
         self._process: Any = None

@@ -23,6 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 POWERCAP_ROOT = Path("/sys/class/powercap")
+RAPL_UPDATE_PERIOD_S = 0.001
+"""How often a RAPL energy-status counter advances: about every 1 ms (Intel SDM vol. 3B,
+"Platform Specific Power Management Support"; measured with jitter by Hähnel et al., "Measuring
+Energy Consumption for Short Code Paths Using RAPL", 2012). From the literature, not measured
+here; `nox -s doctor` measures it on the machine."""
 # Top-level package zones only: `intel-rapl:0`, not `intel-rapl:0:0` or `intel-rapl-mmio:0`.
 _TOP_LEVEL = re.compile(r"^intel-rapl:\d+$")
 

@@ -1,7 +1,9 @@
 """A fake pynvml: GPUs with UUIDs, clocks, throttle bits, power and an energy counter, per GPU.
 
 Each GPU's readings are plain attributes a test changes between calls (the energy counter
-advances as the "rounds" run); a reading set to None raises like NVML's NotSupported.
+advances as the "rounds" run); a reading set to None raises like NVML's NotSupported. The
+cumulative violation counters (ns, by perf policy) and the driver's sample buffers (by sampling
+type: (timestamp_us, value) pairs, as nvmlDeviceGetSamples returns them) are attributes too.
 """
 
 # The fake mirrors pynvml's own names (mixedCase functions and constants), which the code calls.
@@ -10,11 +12,19 @@ advances as the "rounds" run); a reading set to None raises like NVML's NotSuppo
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
+
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NOT_FOUND = 6
 
 
 class NVMLError(Exception):
-    """What pynvml raises for an unsupported query."""
+    """What pynvml raises: its nvmlReturn_t as `.value` (NotSupported unless told)."""
+
+    def __init__(self, message: str, value: int = NVML_ERROR_NOT_SUPPORTED) -> None:
+        super().__init__(message)
+        self.value = value
 
 
 @dataclass
@@ -28,6 +38,11 @@ class FakeGpu:
     power_mw: int | None = 350_000
     power_limit_mw: int | None = 700_000
     energy_mj: int | None = 1_000_000  # total since the driver loaded
+    # nvmlDeviceGetViolationStatus by perf policy (0 power, 1 thermal): ns since the driver
+    # loaded; None: NotSupported.
+    violation_ns: dict[int, int | None] = field(default_factory=lambda: {0: 0, 1: 0})
+    # nvmlDeviceGetSamples' buffers by sampling type: absent = empty, None = NotSupported.
+    samples: dict[int, list[tuple[int, int]] | None] = field(default_factory=dict)
 
 
 @dataclass
@@ -40,6 +55,12 @@ class FakeNvml:
 
     NVML_CLOCK_SM = 1
     NVML_CLOCK_MEM = 2
+    NVML_PERF_POLICY_POWER = 0
+    NVML_PERF_POLICY_THERMAL = 1
+    NVML_TOTAL_POWER_SAMPLES = 0
+    NVML_PROCESSOR_CLK_SAMPLES = 5
+    NVML_MEMORY_CLK_SAMPLES = 6
+    NVML_VALUE_TYPE_UNSIGNED_INT = 1
     nvmlClocksThrottleReasonGpuIdle = 0x1
     nvmlClocksThrottleReasonApplicationsClocksSetting = 0x2
     nvmlClocksThrottleReasonSwPowerCap = 0x4
@@ -91,6 +112,23 @@ class FakeNvml:
     def nvmlDeviceGetTotalEnergyConsumption(self, gpu: FakeGpu) -> int:
         self.calls.append("energy")
         return self._value(gpu.energy_mj)
+
+    def nvmlDeviceGetViolationStatus(self, gpu: FakeGpu, policy: int) -> SimpleNamespace:
+        self.calls.append("violation")
+        return SimpleNamespace(referenceTime=0, violationTime=self._value(gpu.violation_ns[policy]))
+
+    def nvmlDeviceGetSamples(
+        self, gpu: FakeGpu, sampling: int, since_us: int
+    ) -> tuple[int, list[SimpleNamespace]]:
+        self.calls.append("samples")
+        buffered = self._value(gpu.samples.get(sampling, []))
+        newer = [(ts, v) for ts, v in buffered if ts > since_us]
+        if not newer:
+            raise NVMLError("NVML_ERROR_NOT_FOUND", NVML_ERROR_NOT_FOUND)
+        values = [
+            SimpleNamespace(timeStamp=ts, sampleValue=SimpleNamespace(uiVal=v)) for ts, v in newer
+        ]
+        return self.NVML_VALUE_TYPE_UNSIGNED_INT, values
 
 
 UUIDS = ("GPU-aaaa0000", "GPU-bbbb1111", "GPU-cccc2222")

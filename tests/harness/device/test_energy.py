@@ -131,7 +131,7 @@ def test_a_gpu_without_the_energy_counter_or_without_nvml_has_a_reason():
 
 def test_a_counter_that_goes_backwards_gives_none_and_says_why():
     readings = iter([10.0, 4.0])
-    window = CumulativeWindow("nvml:total_energy", lambda: next(readings))
+    window = CumulativeWindow("nvml:total_energy", lambda: next(readings), 0.1)
     window.start()
     assert window.stop() is None
     assert window.failure is not None
