@@ -5,6 +5,7 @@
               [--kv-quant K [--kv-group-size 64] [--kv-residual 128]]
     build-time MODEL [--dtype bfloat16] [--device cpu] [--repeat 1]
     doctor [--device D] [--json FILE] [--quick | --full] [--dtype D]
+           [--self-check [--matrix F] [--probe-model M]]
 
 `kv` (DESIGN §4) prints one JSON object: the analytic `bytes_per_token` (bytes added per cached
 position while no sliding window is full), `after_prefill_bytes` (P positions), `final_bytes`
@@ -33,7 +34,9 @@ Bad input (an unknown model, dtype or device, N <= 0, P + N beyond the model's p
 unreadable or unknown-schema file) prints one line naming the field and the fix and exits 2.
 `doctor` (DESIGN §10, docs/doctor.md) says whether this machine can be trusted to benchmark: one
 line per finding with what to do; exit 0 fit, 1 a finding makes results untrustworthy, 2 bad
-input.
+input. `doctor --self-check` adds the first-contact probes (graph breaks per compiled step, CUDA
+graphs over two cells, the energy counter's period, throttling under load, % of peak on the
+matrix's biggest cell, FA2 against sdpa, the engine's tokens against `generate`).
 
 It deliberately does not benchmark anything: timing belongs to the pytest-benchmark suite.
 """

@@ -1,4 +1,5 @@
-"""`python -m benchmarks.harness doctor [--device D] [--json FILE] [--quick | --full]`.
+"""`python -m benchmarks.harness doctor [--device D] [--json FILE] [--quick | --full]
+[--self-check [--matrix F] [--probe-model M]]`.
 
 Runs every check that applies to the device, in a fixed order, and prints one line per finding
 (`report.py`): identity, the CPU (sysfs, others' load, threads, FTZ/DAZ), the timer, the device
@@ -6,7 +7,9 @@ Runs every check that applies to the device, in a fixed order, and prints one li
 measured peaks against the datasheet. The CPU load is sampled first, before the doctor's own
 work; NVML is read before the doctor's kernels, so the idle clock and the process list are the
 machine's own. A check that crashes is reported as `bad` (the doctor cannot vouch for what it
-could not check) and the rest still run.
+could not check) and the rest still run. `--self-check` then runs the first-contact probes
+(`selfcheck.py`), one process each, printing each probe's lines as it finishes; their `bad`
+findings count like the others.
 
 Exit 0: fit; 1: a `bad` finding; 2: bad input (an unknown device, or one this machine lacks),
 raised as `DeviceError` before any check runs.
@@ -28,10 +31,19 @@ from benchmarks.harness.device.devices import (
     resolve_device,
 )
 from benchmarks.harness.device.fingerprint import machine_fingerprint
-from benchmarks.harness.doctor import cpu, drift, gpuchecks, load, mps, peakcheck, timing
+from benchmarks.harness.doctor import (
+    cpu,
+    drift,
+    gpuchecks,
+    load,
+    mps,
+    peakcheck,
+    selfcheck,
+    timing,
+)
 from benchmarks.harness.doctor.findings import Finding, exit_status, ok
 from benchmarks.harness.doctor.gpu import GpuProbe, NvmlProbe, NvmlUnavailableError
-from benchmarks.harness.doctor.report import format_lines, to_json, write_json
+from benchmarks.harness.doctor.report import format_finding, summary_line, to_json, write_json
 from benchmarks.harness.errors import DeviceError
 
 ProbeFactory = Callable[[int], GpuProbe]
@@ -51,6 +63,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--quick", action="store_true", help=f"peaks in ~{peakcheck.QUICK_BUDGET_S:.0f} s (default)"
     )
     length.add_argument("--full", action="store_true", help="peaks with the suite's full budget")
+    parser.add_argument(
+        "--self-check",
+        action="store_true",
+        help="then the first-contact probes (~5 min on a GPU; docs/doctor.md, 'Self-check')",
+    )
+    parser.add_argument(
+        "--matrix",
+        type=Path,
+        default=None,
+        help="--self-check: the matrix whose biggest cell is checked (default: the device's)",
+    )
+    parser.add_argument(
+        "--probe-model",
+        default=None,
+        help=f"--self-check: the model the probes build (default {selfcheck.DEFAULT_MODEL})",
+    )
 
 
 def pick_device(name: str | None) -> torch.device:
@@ -159,9 +187,15 @@ def run_doctor(args: argparse.Namespace) -> int:
     """The verb: checks, lines on stdout, `--json` if asked; returns the exit status."""
     device = pick_device(args.device)
     dtype = parse_dtype(args.dtype) if args.dtype else peakcheck.default_dtype(device)
+    request = selfcheck.request_from(device, args)  # bad input: exit 2 before any check
     findings = run_checks(device, dtype, full=args.full)
-    for line in format_lines(str(device), findings):
-        print(line, flush=True)
+    for finding in findings:
+        print(format_finding(finding), flush=True)
+    if request is not None:  # each probe's lines as it finishes: the probes take minutes
+        for finding in selfcheck.self_check(request):
+            print(format_finding(finding), flush=True)
+            findings.append(finding)
+    print(summary_line(str(device), findings), flush=True)
     if args.json is not None:
         write_json(args.json, to_json(str(device), dtype_name(dtype), findings))
     return exit_status(findings)
