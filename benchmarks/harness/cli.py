@@ -5,7 +5,7 @@
               [--kv-quant K [--kv-group-size 64] [--kv-residual 128]]
     build-time MODEL [--dtype bfloat16] [--device cpu] [--repeat 1]
     doctor [--device D] [--json FILE] [--quick | --full] [--dtype D]
-           [--self-check [--matrix F] [--probe-model M]]
+           [--self-check [--matrix F] [--probe-model M] [--also-transformers V[,V]]]
 
 `kv` (DESIGN §4) prints one JSON object: the analytic `bytes_per_token` (bytes added per cached
 position while no sliding window is full), `after_prefill_bytes` (P positions), `final_bytes`

@@ -12,7 +12,8 @@ verb). It reads the machine and never changes it: every fix is printed, none is 
 `selfcheck_compile` (graph breaks and launches per compiled step), `selfcheck_graphs` (CUDA
 graphs over two cells), `selfcheck_gpu` (energy counter period, throttle time under load),
 `selfcheck_peak` (% of peak on a matrix's biggest cell), `selfcheck_model` (tokens against
-`generate`, FA2 against sdpa); they build models and run the engine the suite runs.
+`generate`, FA2 against sdpa), `selfcheck_versions` (the compile probe on other transformers
+versions, in overlay environments); they build models and run the engine the suite runs.
 
 May import: benchmarks.harness.errors, benchmarks.harness.records, benchmarks.harness.device,
 benchmarks.harness.model, benchmarks.harness.matrix, benchmarks.harness.roofline,

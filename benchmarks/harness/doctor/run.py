@@ -1,5 +1,5 @@
 """`python -m benchmarks.harness doctor [--device D] [--json FILE] [--quick | --full]
-[--self-check [--matrix F] [--probe-model M]]`.
+[--self-check [--matrix F] [--probe-model M] [--also-transformers V[,V]]]`.
 
 Runs every check that applies to the device, in a fixed order, and prints one line per finding
 (`report.py`): identity, the CPU (sysfs, others' load, threads, FTZ/DAZ), the timer, the device
@@ -73,6 +73,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         help="--self-check: the matrix whose biggest cell is checked (default: the device's)",
+    )
+    parser.add_argument(
+        "--also-transformers",
+        default=None,
+        metavar="V[,V]",
+        help="--self-check: the compiled-step probe again on these transformers versions, each "
+        "in an overlay environment made once (selfcheck_versions.py; needs PyPI)",
     )
     parser.add_argument(
         "--probe-model",

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.harness.doctor import selfcheck_versions as versions
 from benchmarks.harness.doctor.findings import Finding, skip
 from benchmarks.harness.errors import MatrixError
 from benchmarks.harness.matrix.parse import load_matrix
@@ -53,6 +54,7 @@ class SelfCheckRequest:
     model: str = DEFAULT_MODEL
     matrix: Path | None = None  # None: the device's shipped matrix
     full: bool = False  # the suite's peak budget instead of the doctor's
+    also_transformers: tuple[str, ...] = ()  # compile_steps again on these (selfcheck_versions)
 
 
 @dataclass(frozen=True)
@@ -168,13 +170,23 @@ def probe_named(name: str) -> Probe:
 def request_from(device: torch.device, args: argparse.Namespace) -> SelfCheckRequest | None:
     """The self-check asked for on the command line (None: no `--self-check`); its model and
     matrix are read now, so a wrong name is bad input (exit 2) before any check runs."""
+    also = versions.parse_versions(args.also_transformers)
     if not args.self_check:
-        for flag, value in (("--matrix", args.matrix), ("--probe-model", args.probe_model)):
+        flags = (
+            ("--matrix", args.matrix),
+            ("--probe-model", args.probe_model),
+            ("--also-transformers", also or None),
+        )
+        for flag, value in flags:
             if value is not None:
                 raise MatrixError(f"{flag} applies to the self-check only; add --self-check.")
         return None
     request = SelfCheckRequest(
-        device, args.probe_model or DEFAULT_MODEL, args.matrix, full=bool(args.full)
+        device,
+        args.probe_model or DEFAULT_MODEL,
+        args.matrix,
+        full=bool(args.full),
+        also_transformers=also,
     )
     load_model_spec(request.model)  # ModelError names the closest known models
     if request.matrix is not None:
@@ -185,10 +197,13 @@ def request_from(device: torch.device, args: argparse.Namespace) -> SelfCheckReq
 # --- the parent: one process per probe ----------------------------------------------------------
 
 
-def child_command(probe: Probe, request: SelfCheckRequest) -> list[str]:
-    """The command that runs `probe` in a process of its own."""
+def child_command(
+    probe: Probe, request: SelfCheckRequest, python: str = sys.executable
+) -> list[str]:
+    """The command that runs `probe` in a process of its own (`python`: another
+    environment's interpreter, for another transformers version)."""
     command = [
-        sys.executable, "-m", "benchmarks.harness.doctor.selfcheck", probe.name,
+        python, "-m", "benchmarks.harness.doctor.selfcheck", probe.name,
         "--device", str(request.device), "--model", request.model,
     ]  # fmt: skip
     if request.matrix is not None:
@@ -250,11 +265,16 @@ def _finding(item: dict[str, object]) -> Finding:
 
 
 def run_probe(
-    probe: Probe, request: SelfCheckRequest, *, timeout_s: float, run: Spawn = spawn
+    probe: Probe,
+    request: SelfCheckRequest,
+    *,
+    timeout_s: float,
+    run: Spawn = spawn,
+    python: str = sys.executable,
 ) -> list[Finding]:
     """One probe in its own process; a timeout or a death is a `bad` finding."""
     try:
-        done = run(child_command(probe, request), timeout_s)
+        done = run(child_command(probe, request, python), timeout_s)
     except OSError as error:  # the interpreter could not be started
         return [_bad(probe.name, f"the probe's process could not start ({error})")]
     except subprocess.TimeoutExpired:
@@ -264,7 +284,7 @@ def run_probe(
                 "bad",
                 f"the probe did not finish within {timeout_s:.0f} s (it takes about "
                 f"{probe.budget_s:.0f} s on one GPU) and was stopped, so it vouches for nothing",
-                f"rerun it alone: {' '.join(child_command(probe, request))}",
+                f"rerun it alone: {' '.join(child_command(probe, request, python))}",
                 {"timeout_s": timeout_s},
             )
         ]
@@ -277,8 +297,11 @@ def self_check(
     probes: Sequence[Probe] = PROBES,
     run: Spawn = spawn,
     clock: Callable[[], float] = time.monotonic,
+    install: versions.Run = versions.spawn,
 ) -> Iterator[Finding]:
-    """Every probe's findings, in order, as each finishes (the caller prints them)."""
+    """Every probe's findings, in order, as each finishes (the caller prints them); then
+    `compile_steps` on each of `request.also_transformers` (outside `LIMIT_S`: an install
+    takes what the network gives it, and the versions are asked for by name)."""
     deadline = clock() + LIMIT_S
     for probe in probes:
         try:
@@ -300,6 +323,17 @@ def self_check(
             )
             continue
         yield from run_probe(probe, request, timeout_s=min(probe.timeout_s, left_s), run=run)
+    root = versions.overlay_root()
+    compile_probe = probe_named("compile_steps")
+    for version in request.also_transformers:
+        python = versions.ensure_overlay(version, root, install)
+        if isinstance(python, str):
+            yield versions.not_installed(version, python, root)
+            continue
+        found = run_probe(
+            compile_probe, request, timeout_s=compile_probe.timeout_s, run=run, python=str(python)
+        )
+        yield from versions.renamed(found, version)
 
 
 # --- the child: one probe ---------------------------------------------------------------------

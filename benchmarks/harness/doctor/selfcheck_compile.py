@@ -18,7 +18,6 @@ line says how to check another one.
 from __future__ import annotations
 
 import functools
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -223,19 +222,13 @@ def other_versions() -> Finding:
     """The transformers checked here, and the command that checks another one."""
     installed = transformers.__version__
     others = [v for v in OTHER_VERSIONS if v != installed]
-    version = others[0] if others else OTHER_VERSIONS[0]
-    env = f"/tmp/phasebench-tf{version.replace('.', '')}"
-    command = (
-        f"{sys.executable} -m venv --system-site-packages {env} && {env}/bin/pip install "
-        f"'transformers=={version}' && {env}/bin/python -m benchmarks.harness doctor "
-        "--self-check"
-    )
+    command = f"nox -s doctor -- --self-check --also-transformers {','.join(others)}"
     return Finding(
         "selfcheck.transformers",
         "skip",
         f"graph breaks checked on transformers {installed} only (one version per process); "
         f"not checked here: {', '.join(others)}",
-        f"to check another version: {command}",
+        f"to check the others (each in an overlay environment made once): {command}",
         {"transformers": installed},
     )
 

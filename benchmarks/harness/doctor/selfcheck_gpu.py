@@ -5,15 +5,13 @@ throttle (clock-event) time, which only a real device shows (docs/doctor.md, "Se
   keeps the device busy (`MatmulLoad`, which never blocks the poll on CUDA); the median gap
   between value changes is the update period. A window read as the difference of two readings
   is off by at most one update, so the smallest window metered to 10 % spans
-  `MIN_WINDOW_PERIODS` updates. NVML's total-energy counter on CUDA, the RAPL package counters
+  `MIN_UPDATES` updates. NVML's total-energy counter on CUDA, the RAPL package counters
   on a Linux CPU where they are readable (`device/rapl.py`), else skipped with the reason.
 * **Throttle counters** (`throttle_load`, CUDA): NVML's cumulative clock-event counters (power
   cap, software and hardware thermal slowdown, power brake; nanoseconds) read before and after
   `THROTTLE_LOAD_S` of matmuls. A sample after a sync reads an idle GPU (issue 30, row 3); the
   counters keep what happened during the load.
-
-The reading and judging functions take the counter and the load as callables, so tests drive
-them with fakes (a counter that changes every 100 ms, a violation counter that advances).
+Reading and judging take the counter and the load as callables: tests drive them with fakes.
 """
 
 from __future__ import annotations
@@ -30,11 +28,10 @@ from typing import Any
 import torch
 
 from benchmarks.harness.device.devices import device_sync
-from benchmarks.harness.device.energy import (
-    ENERGY_MIN_COUNTER_UPDATES,
-    NVML_ENERGY_UPDATE_PERIOD_S,
-    min_window_s,
+from benchmarks.harness.device.energy import (  # one update of error over 10 is 10 %
+    ENERGY_MIN_COUNTER_UPDATES as MIN_UPDATES,
 )
+from benchmarks.harness.device.energy import NVML_ENERGY_UPDATE_PERIOD_S, min_window_s
 from benchmarks.harness.device.gpuid import nvml_index, torch_cuda_uuid
 from benchmarks.harness.device.rapl import (
     POWERCAP_ROOT,
@@ -46,8 +43,6 @@ from benchmarks.harness.doctor.findings import Finding, ok, skip
 from benchmarks.harness.doctor.gpu import NvmlUnavailableError, import_pynvml
 
 ENERGY_PROBE_S = 3.0
-MIN_WINDOW_PERIODS = ENERGY_MIN_COUNTER_UPDATES
-"""Updates a metered window must span: one update of error over 10 is 10 %."""
 # The update period the suite assumes per counter (`energy.py`, `rapl.py`: from the literature,
 # "the doctor measures it"): its shortest energy window is `energy.min_window_s` of it.
 ASSUMED_PERIOD_S = {"nvml:total_energy": NVML_ENERGY_UPDATE_PERIOD_S, "rapl": RAPL_UPDATE_PERIOD_S}
@@ -203,8 +198,8 @@ class CounterUpdates:
 
     @property
     def min_window_s(self) -> float | None:
-        """The shortest window the counter meters to 10 % (`MIN_WINDOW_PERIODS` updates)."""
-        return None if self.period_s is None else MIN_WINDOW_PERIODS * self.period_s
+        """The shortest window the counter meters to 10 % (`MIN_UPDATES` updates)."""
+        return None if self.period_s is None else MIN_UPDATES * self.period_s
 
 
 def counter_updates(
@@ -275,7 +270,7 @@ def judge_energy_counter(source: str, updates: CounterUpdates) -> Finding:
         )
     text = (
         f"{seen}: updates every {updates.period_s * 1e3:.1f} ms, so the smallest window it "
-        f"meters to 10 % is {updates.min_window_s:.2f} s ({MIN_WINDOW_PERIODS} updates)"
+        f"meters to 10 % is {updates.min_window_s:.2f} s ({MIN_UPDATES} updates)"
     )
     # Sources: "nvml:total_energy", "rapl:package-0+package-1" (one period for every package).
     assumed = ASSUMED_PERIOD_S.get("rapl" if source.startswith("rapl:") else source)
@@ -287,7 +282,7 @@ def judge_energy_counter(source: str, updates: CounterUpdates) -> Finding:
         return Finding(
             check,
             "bad",
-            f"{text}: its shortest windows span fewer than {MIN_WINDOW_PERIODS} updates here, "
+            f"{text}: its shortest windows span fewer than {MIN_UPDATES} updates here, "
             "so their joules per token can be off by more than 10 %",
             f"set the counter's period in benchmarks/harness/device/energy.py or rapl.py to "
             f"{updates.period_s:.3f} s (measured here), or do not compare energy from this machine",
