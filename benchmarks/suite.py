@@ -24,8 +24,6 @@ import pytest
 
 from benchmarks.harness.matrix.cells import Cell, Matrix
 from benchmarks.harness.records import phase_energy_fields
-from benchmarks.harness.roofline.peaks import Peaks
-from benchmarks.harness.roofline.roofline import RooflineError, roofline_extra_info
 
 if TYPE_CHECKING:
     import torch
@@ -194,60 +192,6 @@ def round_times(benchmark: Any) -> list[float] | None:
     if stats is None:
         return None
     return list(stats.stats.data)
-
-
-def roofline_confirmed(
-    compute: Callable[[Peaks], dict[str, Any]], peaks: Peaks, remeasure: Callable[[], Peaks]
-) -> dict[str, Any]:
-    """Roofline fields, where an excess over a *measured* peak is confirmed before it fails.
-
-    Above 100 % of a peak is a measurement bug (`RooflineError`), unless the peak itself was
-    measured while other work held the device (a shared CPU runner): then one fresh measurement
-    (`remeasure`, which keeps the higher figure) is taken and the rate judged again; a second
-    excess raises. Table peaks are not re-measured.
-    """
-    try:
-        return compute(peaks)
-    except RooflineError:
-        if not peaks.source.startswith("measured"):
-            raise
-        return compute(remeasure())
-
-
-def cell_roofline(
-    run: CellRun,
-    peaks: Peaks,
-    remeasure: Callable[[], Peaks],
-    *,
-    prefill_s: float | None = None,
-    decode_step_s: float | None = None,
-) -> dict[str, Any]:
-    """`roofline_confirmed` for the run's model and cell, at the phase time(s) given (a
-    quantized cache's KV at its stored bytes, `runmode.kvlayout`)."""
-    kv_total = None
-    if run.cell.kv_quantized:
-        from benchmarks.harness.runmode.kvlayout import analytic_layout  # noqa: PLC0415 - torch
-
-        cell, loaded = run.cell, run.loaded
-
-        def kv_total(positions: int) -> int:
-            return analytic_layout(
-                cell, loaded.config, dtype=loaded.dtype, seq_len=positions
-            ).total_bytes
-
-    return roofline_confirmed(
-        lambda known: roofline_extra_info(
-            run.loaded.model,
-            batch=run.cell.batch,
-            prompt_len=run.cell.prompt_len,
-            peaks=known,
-            prefill_s=prefill_s,
-            decode_step_s=decode_step_s,
-            kv_total=kv_total,
-        ),
-        peaks,
-        remeasure,
-    )
 
 
 class PeakMonitor(Protocol):

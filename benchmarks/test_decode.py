@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from benchmarks.cell_roofline import cell_roofline
 from benchmarks.harness.cache.kv import kv_bytes_per_token
 from benchmarks.harness.cache.measure import measure_kv
 from benchmarks.harness.cache.state import state_fields, state_mismatch
@@ -35,7 +36,6 @@ from benchmarks.harness.runmode.kvlayout import (
 from benchmarks.suite import (
     CellRun,
     Rounds,
-    cell_roofline,
     memory_fields,
     round_times,
     rounds_text,

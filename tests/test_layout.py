@@ -32,7 +32,12 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("benchmarks.harness.errors", "benchmarks.harness.records", "reports.errors"),
     ("benchmarks.harness.device", "reports.history"),
     ("benchmarks.harness.model", "reports.analysis"),
-    ("benchmarks.harness.cache", "benchmarks.harness.quant", "reports.render"),
+    (
+        "benchmarks.harness.cache",
+        "benchmarks.harness.quant",
+        "reports.render",
+        "reports.ab_settings",
+    ),
     ("benchmarks.harness.roofline", "benchmarks.harness.matrix", "reports.ab", "reports.cli"),
     ("benchmarks.harness.engine", "reports.scenarios"),
     (

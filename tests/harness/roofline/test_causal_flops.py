@@ -21,6 +21,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
 from benchmarks import fixtures_peaks
+from benchmarks.cell_roofline import roofline_confirmed
 from benchmarks.configure import PEAKS
 from benchmarks.harness.matrix.cells import Cell
 from benchmarks.harness.model import compat
@@ -38,7 +39,7 @@ from benchmarks.harness.roofline.flops import (
 from benchmarks.harness.roofline.peakmeasure import CUDA_SHAPES, MAX_PEAK_TOKENS, MeasurePolicy
 from benchmarks.harness.roofline.peaks import MEASURED_SOURCE, PeakRequest, Peaks, resolve_peaks
 from benchmarks.harness.roofline.roofline import RooflineError, roofline_extra_info
-from benchmarks.suite import MATRIX, roofline_confirmed
+from benchmarks.suite import MATRIX
 
 CPU = torch.device("cpu")
 CUDA = torch.device("cuda", 0)
