@@ -46,7 +46,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "benchmarks.harness.runmode",
         "reports.__main__",
     ),
-    ("benchmarks.harness.plan", "benchmarks.harness.modelcache"),
+    # tp: tensor-parallel ranks and their launcher; reads the engine, cache, roofline, model.
+    ("benchmarks.harness.plan", "benchmarks.harness.modelcache", "benchmarks.harness.tp"),
     ("benchmarks.harness.doctor",),  # `doctor` verb: reads device/ and roofline/, below cli
     ("benchmarks.harness.cli",),
     ("benchmarks.harness.__main__",),
