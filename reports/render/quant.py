@@ -44,10 +44,11 @@ from reports.analysis.accuracy import (
     quant_mode,
 )
 from reports.errors import ReportError
-from reports.history.load import group_runs
+from reports.history.load import Run, group_runs
 from reports.history.runfile import BenchmarkResult, Scalar, iter_json_files, load_files
 from reports.render.tables import PEAK_MEMORY_FIELDS
 
+VERB, HELP = "quant", "speed, bytes and accuracy per quant x kv_quant"  # python -m reports quant
 KV_QUANT_SETTINGS = ("kv_group_size", "kv_residual")
 _SETTING_PREFIX = {"kv_group_size": "g", "kv_residual": "r"}
 _GROUP_ORDER = ("model", "device", "dtype", "batch", "prompt_len", "new_tokens")
@@ -276,10 +277,10 @@ def markdown(tables: Sequence[QuantTable], heading: str = "####") -> str:
     return "\n".join(parts)
 
 
-def print_paths(paths: Sequence[str]) -> int:
-    """`python -m reports quant FILE_OR_DIR...`: each machine's newest run's tables and ACCURACY
-    lines. ReportError (one line, exit 2) for a missing path, a named file that cannot be read
-    or no run at all; an unreadable file inside a directory is named on stderr."""
+def newest_runs(paths: Sequence[str]) -> list[tuple[str, Run]]:
+    """Each machine's newest run (the report's current run) under the paths, by machine id.
+    ReportError (one line, exit 2) for a missing path, a named file that cannot be read or no
+    run at all; an unreadable file inside a directory is named on stderr."""
     files, skipped = load_files(iter_json_files([Path(p) for p in paths]))
     loaded = {f.path for f in files}
     named = {str(Path(p)) for p in paths}
@@ -292,8 +293,13 @@ def print_paths(paths: Sequence[str]) -> int:
         raise ReportError(f"no benchmark run under {', '.join(paths)}: pass a .benchmarks folder")
     for skip in skipped:
         print(f"skipped {skip.path}: {skip.reason}", file=sys.stderr)
-    for machine, runs in sorted(group_runs(files).items()):
-        run = runs[-1]  # the newest, as the report's current run
+    return [(machine, runs[-1]) for machine, runs in sorted(group_runs(files).items())]
+
+
+def print_paths(paths: Sequence[str]) -> int:
+    """`python -m reports quant FILE_OR_DIR...`: each machine's newest run's tables and ACCURACY
+    lines (`newest_runs` for the errors)."""
+    for machine, run in newest_runs(paths):
         print(f"### {run.machine_label} {machine}: {run.short_commit} on {run.branch}, "
               f"{run.datetime}\n")  # fmt: skip
         tables = quant_tables(run.benchmarks.values())

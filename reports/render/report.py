@@ -70,6 +70,7 @@ from reports.render.tables import (
     now_rows,
     roofline_rows,
 )
+from reports.render.tp import TpTable, tp_tables
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,7 @@ class MachineReport:
     earlier: tuple[EarlierRun, ...] = ()  # this commit's earlier runs, pooled with the current
     quant: tuple[QuantTable, ...] = ()  # current run's quantized cells against unquantized ones
     accuracy_flags: tuple[Accuracy, ...] = ()  # current run's cells outside their accuracy bound
+    tp: tuple[TpTable, ...] = ()  # current run's tp > 1 cells against their tp-1 twins
 
     @property
     def consistency_summary(self) -> ConsistencySummary:
@@ -258,6 +260,7 @@ def build_machine(
         runmodes=tuple(comparison_tables(current.benchmarks.values())),
         quant=tuple(quant_tables(current.benchmarks.values())),
         accuracy_flags=accuracy_flags(current.benchmarks.values()),
+        tp=tuple(tp_tables(current.benchmarks.values())),
         consistency=tuple(consistency_rows(current)),
         shift=shift,
         lean=lean,

@@ -1,0 +1,319 @@
+"""The tensor-parallel view: what splitting a cell over `tp` devices buys, and what each rank holds.
+
+`tp_tables(benchmarks)` groups a run's cells by everything but `tp` (model, device, dtype,
+batch, P, N and any other param, a quantization or run mode say), keeping the groups that hold
+a cell with `tp` > 1 (`params.tp`; a matrix that does not name the axis runs tp 1). One
+`TpTable` per group, one `TpRow` per tp value, each cell's figures joined over its benchmarks
+(prefill, decode, generate, in that order of preference):
+
+- `prefill_tok_per_s`, `decode_tok_per_s`, each with its **speed-up** over the group's tp-1
+  row (the single-device twin) and the **scaling efficiency** (speed-up / tp: 100 % is linear).
+  No twin, or a figure missing on either side: None (`—`), never 1.0 by construction;
+- per rank, the max over ranks: `weights_rank_bytes` (`tp_weights_rank_bytes`, the stored
+  bytes of the rank's shards), `kv_rank_after_prefill_bytes` / `kv_rank_final_bytes`
+  (`tp_kv_rank_*_bytes`), `peak_rank_bytes` (`tp_peak_rank_bytes`, ranks without a figure left
+  out). The tp-1 row without per-rank lists reads the single device's `weights_bytes`,
+  `kv_measured_*_bytes` and the first of `tables.PEAK_MEMORY_FIELDS`; a tp > 1 row never
+  falls back to them (they may be one rank's or the global figure). Weights and KV carry their
+  ratio to the twin's (1/tp is an even split); the peak does not (its field may differ);
+- the slowest rank per measurement (`tp_slowest_rank_counts`: the timed rounds each rank was
+  the slowest; ties name every such rank);
+- `allreduce_bytes_per_step_estimate` (`tp_allreduce_bytes_per_step_estimate`): an estimate,
+  labelled so, never measured.
+
+`markdown(tables)` renders them for `python -m reports tp` (`print_paths`); the report's
+template the HTML, from the same texts. Deliberately not here: judging (the current run's
+figures, no verdicts). Imports neither torch nor benchmarks.* (DESIGN §1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from reports.history.runfile import BenchmarkResult, Scalar
+from reports.render.quant import NO_RATIO, newest_runs, ratio_text, value_text
+from reports.render.tables import PEAK_MEMORY_FIELDS
+
+VERB, HELP = "tp", "speed-up over tp 1 and per-rank bytes per tp value"  # python -m reports tp
+_GROUP_ORDER = ("model", "device", "dtype", "batch", "prompt_len", "new_tokens")
+_MEASUREMENT_ORDER = ("prefill", "decode", "generate")
+#: Throughputs with a speed-up column each: (figure, header).
+SPEEDS = (("prefill_tok_per_s", "prefill tok/s"), ("decode_tok_per_s", "decode tok/s"))
+#: Per-rank figures: (figure, header, the record's per-rank list, the tp-1 fallback fields).
+RANK_FIGURES = (
+    ("weights_rank_bytes", "weights/rank (max)", "tp_weights_rank_bytes", ("weights_bytes",)),
+    ("kv_rank_after_prefill_bytes", "KV/rank after prefill (max)",
+     "tp_kv_rank_after_prefill_bytes", ("kv_measured_after_prefill_bytes",)),
+    ("kv_rank_final_bytes", "KV/rank final (max)", "tp_kv_rank_final_bytes",
+     ("kv_measured_final_bytes",)),
+    ("peak_rank_bytes", "peak/rank (max)", "tp_peak_rank_bytes", PEAK_MEMORY_FIELDS),
+)  # fmt: skip
+_RATIO_FIGURES = ("weights_rank_bytes", "kv_rank_after_prefill_bytes", "kv_rank_final_bytes")
+ALLREDUCE = "allreduce_bytes_per_step_estimate"
+ALLREDUCE_HEAD = "all-reduce/step (estimate)"
+
+Group = tuple[tuple[str, Scalar], ...]
+
+
+@dataclass(frozen=True)
+class Slowest:
+    """Which rank(s) held one measurement's timed rounds back most often."""
+
+    measurement: str
+    ranks: tuple[int, ...]  # every rank with the most counts
+    count: int
+    rounds: int  # the counts' sum: the measurement's timed rounds
+
+    @property
+    def text(self) -> str:
+        """'decode r1 (4/5)'; a tie 'decode r0, r1 (2/4 each)'."""
+        names = ", ".join(f"r{r}" for r in self.ranks)
+        each = " each" if len(self.ranks) > 1 else ""
+        return f"{self.measurement} {names} ({self.count}/{self.rounds}{each})"
+
+
+@dataclass(frozen=True)
+class TpRow:
+    """One tp value of a group: figures by name (None = not recorded), per-rank lists, the
+    speed-ups over the tp-1 twin and the per-rank bytes' ratios to its bytes."""
+
+    tp: int
+    backend: str | None
+    cell_id: str
+    values: Mapping[str, float | None]
+    per_rank: Mapping[str, tuple[int | None, ...]] = field(default_factory=dict)
+    slowest: tuple[Slowest, ...] = ()
+    speedups: Mapping[str, float | None] = field(default_factory=dict)
+    ratios: Mapping[str, float | None] = field(default_factory=dict)
+
+    @property
+    def is_twin(self) -> bool:
+        """The single-device row the others' speed-ups are to."""
+        return self.tp == 1
+
+    @property
+    def label(self) -> str:
+        """'tp 2 (gloo)', 'tp 1 (single device)'."""
+        if self.is_twin:
+            return "tp 1 (single device)"
+        return f"tp {self.tp}" + (f" ({self.backend})" if self.backend else "")
+
+    def efficiency(self, name: str) -> float | None:
+        """The speed-up per device (speed-up / tp), None without a speed-up."""
+        speedup = self.speedups.get(name)
+        return None if speedup is None else speedup / self.tp
+
+    @property
+    def slowest_text(self) -> str:
+        """'prefill r0 (5/5), decode r1 (3/5)'; '—' without counts."""
+        return ", ".join(s.text for s in self.slowest) or NO_RATIO
+
+
+@dataclass(frozen=True)
+class TpTable:
+    """The tp values of one group of cells (everything but tp)."""
+
+    group: Group
+    rows: tuple[TpRow, ...]
+
+    @property
+    def title(self) -> str:
+        """'tiny-llama cpu float32 b1 p24 n8' (+ ' key=value' for other params)."""
+        params = dict(self.group)
+        words = [str(params.pop(k)) for k in ("model", "device", "dtype") if k in params]
+        for key, prefix in (("batch", "b"), ("prompt_len", "p"), ("new_tokens", "n")):
+            if key in params:
+                words.append(f"{prefix}{params.pop(key)}")
+        return " ".join([*words, *(f"{k}={v}" for k, v in params.items())])
+
+    @property
+    def columns(self) -> list[tuple[str, str]]:
+        """`columns()`: the (kind:name, header) pairs after the tp column."""
+        return columns()
+
+    @property
+    def twin(self) -> TpRow | None:
+        """The group's tp-1 row, None when it did not run."""
+        return next((r for r in self.rows if r.is_twin), None)
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def tp_of(params: Mapping[str, Scalar]) -> int:
+    """The cell's tp: `params.tp`, 1 when the matrix does not name the axis."""
+    value = params.get("tp")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 1
+
+
+def _split(params: Mapping[str, Scalar]) -> tuple[Group, int]:
+    rest = {k: v for k, v in params.items() if k != "tp"}
+    known = [(k, rest.pop(k)) for k in _GROUP_ORDER if k in rest]
+    return (*known, *sorted(rest.items(), key=lambda kv: kv[0])), tp_of(params)
+
+
+def _measurement(bench: BenchmarkResult) -> str:
+    value = bench.extra.get("measurement", bench.group)
+    return value if isinstance(value, str) else bench.group
+
+
+def _measurement_rank(bench: BenchmarkResult) -> int:
+    order = _MEASUREMENT_ORDER
+    return order.index(m) if (m := _measurement(bench)) in order else len(order)
+
+
+def _first(benches: Sequence[BenchmarkResult], key: str) -> float | None:
+    return next((v for b in benches if (v := _number(b.extra.get(key))) is not None), None)
+
+
+def _rank_list(benches: Sequence[BenchmarkResult], key: str) -> tuple[int | None, ...]:
+    """The first benchmark's per-rank list of `key` (non-numbers as None); () when none has one."""
+    for bench in benches:
+        raw = bench.extra.get(key)
+        if isinstance(raw, list | tuple) and raw:
+            return tuple(int(v) if (v := _number(x)) is not None else None for x in raw)
+    return ()
+
+
+def _slowest(bench: BenchmarkResult) -> Slowest | None:
+    counts = [int(c) if (c := _number(x)) is not None else 0 for x in
+              bench.extra.get("tp_slowest_rank_counts") or ()]  # fmt: skip
+    if not counts or max(counts) <= 0:
+        return None
+    top = max(counts)
+    ranks = tuple(r for r, c in enumerate(counts) if c == top)
+    return Slowest(_measurement(bench), ranks, top, sum(counts))
+
+
+def _row(tp: int, benches: Sequence[BenchmarkResult]) -> TpRow:
+    values: dict[str, float | None] = {name: _first(benches, name) for name, _ in SPEEDS}
+    per_rank: dict[str, tuple[int | None, ...]] = {}
+    for name, _, key, fallback in RANK_FIGURES:
+        ranks = per_rank[name] = _rank_list(benches, key)
+        known = [r for r in ranks if r is not None]
+        if known:
+            values[name] = float(max(known))
+        elif tp == 1 and not ranks:  # one device: its own figures are the rank's
+            values[name] = next((v for k in fallback if (v := _first(benches, k)) is not None),
+                                None)  # fmt: skip
+        else:
+            values[name] = None
+    values[ALLREDUCE] = _first(benches, "tp_allreduce_bytes_per_step_estimate")
+    backend = next((b for x in benches if isinstance(b := x.extra.get("tp_backend"), str)), None)
+    slowest = tuple(s for b in benches if (s := _slowest(b)) is not None)
+    return TpRow(tp, backend, benches[0].cell_id, values, per_rank, slowest)
+
+
+def _ratio(value: float | None, reference: float | None) -> float | None:
+    if value is None or reference is None or reference <= 0:
+        return None
+    return value / reference
+
+
+def _with_twin(row: TpRow, twin: TpRow | None) -> TpRow:
+    if twin is None or row.is_twin:
+        return row
+    speedups = {n: _ratio(row.values.get(n), twin.values.get(n)) for n, _ in SPEEDS}
+    ratios = {n: _ratio(row.values.get(n), twin.values.get(n)) for n in _RATIO_FIGURES}
+    return TpRow(row.tp, row.backend, row.cell_id, row.values, row.per_rank, row.slowest,
+                 speedups, ratios)  # fmt: skip
+
+
+def tp_tables(benchmarks: Iterable[BenchmarkResult]) -> list[TpTable]:
+    """The groups of a run's benchmarks that hold a tp > 1 cell, one table each, by title."""
+    grouped: dict[Group, dict[int, list[BenchmarkResult]]] = {}
+    for bench in sorted(benchmarks, key=_measurement_rank):
+        group, tp = _split(bench.params)
+        grouped.setdefault(group, {}).setdefault(tp, []).append(bench)
+    tables = []
+    for group, by_tp in grouped.items():
+        if max(by_tp) <= 1:
+            continue  # single-device cells only: the other sections show them
+        rows = [_row(tp, by_tp[tp]) for tp in sorted(by_tp)]
+        twin = next((r for r in rows if r.is_twin), None)
+        tables.append(TpTable(group, tuple(_with_twin(r, twin) for r in rows)))
+    return sorted(tables, key=lambda t: t.title)
+
+
+def has_tp_cells(benchmarks: Iterable[BenchmarkResult]) -> bool:
+    """Whether any benchmark's cell runs over more than one device."""
+    return any(tp_of(b.params) > 1 for b in benchmarks)
+
+
+def speedup_text(row: TpRow, name: str) -> str:
+    """'1.80x (90 %)' (a times sign): the speed-up over tp 1 and the efficiency; 'reference'
+    on the tp-1 row; '—' without a twin or a figure."""
+    if row.is_twin:
+        return "reference"
+    speedup, efficiency = row.speedups.get(name), row.efficiency(name)
+    if speedup is None or efficiency is None:
+        return NO_RATIO
+    return f"{ratio_text(speedup)} ({efficiency * 100:.0f} %)"
+
+
+def figure_text(row: TpRow, name: str) -> str:
+    """A figure in its unit ('1.41 MiB'), with its ratio to the twin's for weights and KV
+    ('(0.50x)'); '≈ ' before the all-reduce estimate; '—' when not recorded."""
+    value = row.values.get(name)
+    if value is None:
+        return NO_RATIO
+    text = value_text(value, name)
+    if name == ALLREDUCE:
+        return f"\u2248 {text}"
+    if name in _RATIO_FIGURES and not row.is_twin:
+        return f"{text} ({ratio_text(row.ratios.get(name))})"
+    return text
+
+
+def rank_text(row: TpRow, name: str) -> str:
+    """Every rank's figure, for a tooltip: 'r0 1.41 MiB, r1 1.41 MiB' ('' without a list)."""
+    ranks = row.per_rank.get(name, ())
+    return ", ".join(f"r{i} {value_text(v, name)}" for i, v in enumerate(ranks))
+
+
+def columns() -> list[tuple[str, str]]:
+    """The table's (kind:name, header) after the tp column, in order."""
+    out = []
+    for name, head in SPEEDS:
+        out += [(f"value:{name}", head), (f"speedup:{name}", f"{head.split()[0]} speed-up (eff.)")]
+    out += [(f"value:{name}", head) for name, head, _, _ in RANK_FIGURES]
+    return [*out, ("slowest:", "slowest rank (rounds)"), (f"value:{ALLREDUCE}", ALLREDUCE_HEAD)]
+
+
+def cell_text(row: TpRow, column: str) -> str:
+    """The text of one `columns()` entry of a row."""
+    kind, _, name = column.partition(":")
+    if kind == "speedup":
+        return speedup_text(row, name)
+    return row.slowest_text if kind == "slowest" else figure_text(row, name)
+
+
+def markdown(tables: Sequence[TpTable], heading: str = "####") -> str:
+    """Markdown: a heading and a table per group."""
+    parts: list[str] = []
+    cols = columns()
+    for table in tables:
+        note = "" if table.twin else " (no tp-1 cell: no speed-up)"
+        parts.append(f"{heading} {table.title}{note}\n")
+        parts.append("| tp | " + " | ".join(head for _, head in cols) + " |")
+        parts.append("| --- |" + " ---: |" * len(cols))
+        for row in table.rows:
+            cells = [cell_text(row, column) for column, _ in cols]
+            parts.append(f"| {row.label} | " + " | ".join(cells) + " |")
+        parts.append("")
+    return "\n".join(parts)
+
+
+def print_paths(paths: Sequence[str]) -> int:
+    """`python -m reports tp FILE_OR_DIR...`: each machine's newest run's tables
+    (`quant.newest_runs` for the errors: a missing path is one line, exit 2)."""
+    for machine, run in newest_runs(paths):
+        print(f"### {run.machine_label} {machine}: {run.short_commit} on {run.branch}, "
+              f"{run.datetime}\n")  # fmt: skip
+        tables = tp_tables(run.benchmarks.values())
+        print(markdown(tables) if tables else "no tensor-parallel cells (no tp > 1)\n")
+    return 0
