@@ -28,6 +28,7 @@ from benchmarks.harness.plan import build_order, skip_reason
 from benchmarks.harness.roofline.dtypespeed import slow_dtype_reason
 from benchmarks.harness.runmode.decide import measurement_skip_reason
 from benchmarks.suite import MATRIX
+from benchmarks.tp_cells import measurement_reason, tp_cell_reason
 
 MODULE_ORDER = {
     "test_prefill": 0,
@@ -53,14 +54,24 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     # reason on every cell, so the run says what it did not measure.
     measurement = getattr(metafunc.module, "MEASUREMENT", None)
     left_out = measurement is not None and measurement not in matrix.measurements
-    reasons = {cell.id: _skip_reason(config, cell, models_dir) for cell in matrix.cells}
+    # A tensor-parallel test (it takes `tp_run`) gets the tp > 1 cells only, and the single-
+    # device test of its module (the module names it as `TP_TEST`) the others; a module without
+    # one gets every cell, a tp > 1 cell skipped with its reason. `pytest_collection_modifyitems`
+    # drops a test left with no cell, so a matrix without tp cells collects what it did.
+    tp_test = "tp_run" in metafunc.fixturenames
+    cells = list(matrix.cells)
+    if tp_test or hasattr(metafunc.module, "TP_TEST"):
+        cells = [cell for cell in cells if (cell.tp_size > 1) == tp_test]
+    reasons = {cell.id: _skip_reason(config, cell, models_dir) for cell in cells}
     first_of_build: dict[tuple[str, ...], str] = {}
-    for cell in matrix.cells:
+    for cell in cells:
         if reasons[cell.id] is None:
             first_of_build.setdefault(cell.build_key, cell.id)
     params = []
-    for cell in matrix.cells:
+    for cell in cells:
         reason = reasons[cell.id]
+        if reason is None and cell.tp_size > 1 and not tp_test:
+            reason = measurement_reason(metafunc.module.__name__)
         if reason is None and left_out:
             reason = f"{matrix.path.name} does not list `{measurement}` under measurements"
         if reason is None:  # e.g. HF-generate comparisons of static/compiled cells
@@ -85,7 +96,13 @@ def _skip_reason(config: pytest.Config, cell: Cell, models_dir: Path | None) -> 
     known = config.stash.setdefault(_SKIPS, {})
     if cell.id not in known:
         try:
-            known[cell.id] = skip_reason(cell, models_dir) or _engine_reason(cell, models_dir)
+            # A tp cell's own reasons first: on a transformers without TP loading, that is
+            # what the user must change, whatever else the cell would need.
+            known[cell.id] = (
+                tp_cell_reason(cell, models_dir)
+                or skip_reason(cell, models_dir)
+                or _engine_reason(cell, models_dir)
+            )
             # H4: a dtype this CPU only emulates (dtypespeed.py) is skipped with its measured
             # ratio unless --allow-slow-dtypes; probed once per dtype, only for cells that run.
             if known[cell.id] is None and not config.getoption("allow_slow_dtypes"):
@@ -110,6 +127,7 @@ def matrix_path(config: pytest.Config) -> Path:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Deselect cells outside the shard; run each (model, device, dtype) together."""
     matrix: Matrix = config.stash[MATRIX]
+    items[:] = [item for item in items if not _without_cells(item)]
     selected = config.stash[SHARD_IDS]
     if selected is not None:
         keep: list[pytest.Item] = []
@@ -128,6 +146,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             rank.get(_cell_id(item) or "", (-1, -1)),
             MODULE_ORDER.get(item.path.stem, len(MODULE_ORDER)),
         )
+    )
+
+
+def _without_cells(item: pytest.Item) -> bool:
+    """A test left with no cell (pytest's empty parameter set): a tensor-parallel test of a
+    matrix without tp cells, or a single-device test of a matrix of tp cells only."""
+    callspec = getattr(item, "callspec", None)
+    fixtures = getattr(item, "fixturenames", ())
+    return "cell" in fixtures and (
+        callspec is None or not isinstance(callspec.params.get("cell"), dict)
     )
 
 

@@ -54,6 +54,7 @@ from benchmarks.harness.modelcache import Loaded, ModelCache
 from benchmarks.harness.runmode.decide import configure_engine
 from benchmarks.partial import mark_partial
 from benchmarks.suite import MATRIX, THREADS, CellRun, Progress, Warmup
+from benchmarks.tp_cells import tp_run
 
 # Hooks and fixtures defined in the modules above: importing them here is what registers them.
 __all__ = [
@@ -64,6 +65,7 @@ __all__ = [
     "pytest_generate_tests",
     "pytest_report_header",
     "remeasure_peaks",
+    "tp_run",
     "warmed",
 ]
 

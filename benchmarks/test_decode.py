@@ -25,6 +25,7 @@ from benchmarks.harness.cache.kv import kv_bytes_per_token
 from benchmarks.harness.cache.measure import measure_kv
 from benchmarks.harness.cache.state import state_fields, state_mismatch
 from benchmarks.harness.device.memory import MemoryMonitor
+from benchmarks.harness.matrix.cells import Cell
 from benchmarks.harness.records import median
 from benchmarks.harness.roofline.peaks import Peaks
 from benchmarks.harness.runmode.kvlayout import (
@@ -35,14 +36,19 @@ from benchmarks.harness.runmode.kvlayout import (
 )
 from benchmarks.suite import (
     CellRun,
+    Progress,
     Rounds,
     memory_fields,
     round_times,
     rounds_text,
     start_record,
 )
+from benchmarks.tp_cells import TPRun
+from benchmarks.tp_record import tp_measurement
 
 MEASUREMENT = "decode"
+# Tensor-parallel cells are this test's, not `test_decode`'s (`benchmarks/collect.py`).
+TP_TEST = "test_decode_tp"
 
 
 def test_decode(
@@ -106,3 +112,9 @@ def test_decode(
     # Last: a RooflineError (an achieved rate above the device's peak) is a bug signal that fails
     # the test, but must not cost the record its other metrics.
     info.update(cell_roofline(run, peaks, remeasure_peaks, decode_step_s=step_s))
+
+
+def test_decode_tp(cell: Cell, tp_run: TPRun, progress: Progress, benchmark: Any) -> None:
+    """A tensor-parallel cell's decode step at context P: the ranks' own rounds (each the max
+    over ranks) from the cell's one torchrun, replayed into the record (`tp_record`)."""
+    tp_measurement(benchmark, cell, tp_run, MEASUREMENT, progress)

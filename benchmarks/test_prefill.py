@@ -29,6 +29,7 @@ from benchmarks.harness.cache.kv import kv_bytes_per_token
 from benchmarks.harness.cache.measure import measure_kv
 from benchmarks.harness.cache.state import state_fields, state_mismatch
 from benchmarks.harness.device.memory import MemoryMonitor
+from benchmarks.harness.matrix.cells import Cell
 from benchmarks.harness.model import compat
 from benchmarks.harness.records import median
 from benchmarks.harness.roofline.peaks import Peaks
@@ -40,14 +41,19 @@ from benchmarks.harness.runmode.kvlayout import (
 )
 from benchmarks.suite import (
     CellRun,
+    Progress,
     Rounds,
     memory_fields,
     round_times,
     rounds_text,
     start_record,
 )
+from benchmarks.tp_cells import TPRun
+from benchmarks.tp_record import tp_measurement
 
 MEASUREMENT = "prefill"
+# Tensor-parallel cells are this test's, not `test_prefill_forward`'s (`benchmarks/collect.py`).
+TP_TEST = "test_prefill_forward_tp"
 
 
 def test_prefill_forward(
@@ -105,3 +111,9 @@ def test_prefill_forward(
     # the test, but must not cost the record its other metrics.
     if prefill_s is not None:
         info.update(cell_roofline(run, peaks, remeasure_peaks, prefill_s=prefill_s))
+
+
+def test_prefill_forward_tp(cell: Cell, tp_run: TPRun, progress: Progress, benchmark: Any) -> None:
+    """A tensor-parallel cell's prefill forward: the ranks' own rounds (each the max over ranks)
+    from the cell's one torchrun, replayed into the record (`benchmarks/tp_record.py`)."""
+    tp_measurement(benchmark, cell, tp_run, MEASUREMENT, progress)

@@ -2,7 +2,8 @@
 
 `attention` (the `attn_implementation` a model is built with), `cache` (transformers'
 `DynamicCache` or `StaticCache`), `compile` (`torch.compile` mode of the model's forward, or
-`none`), `quant` (how the Linear weights are stored) and `kv_quant` (how the KV cache is). A matrix
+`none`), `quant` (how the Linear weights are stored) and `kv_quant` (how the KV cache is), and
+`tp` (tensor-parallel ranks, `tp_axis`: 1, 2, 4 or 8). A matrix
 names any of them optionally; `matrix/parse.py` expands them into cells. Whether
 *this machine* can run a value (flash-attn installed, CUDA present, the model type supports it)
 is decided at collection by `runmode.skip_reason`.
@@ -30,6 +31,33 @@ RUN_MODE_VALUES: dict[str, tuple[str, ...]] = {
     "kv_quant": ("none", "fp8", "hqq2", "hqq4", "hqq8", "quanto2", "quanto4"),
 }
 RUN_MODE_AXES = tuple(RUN_MODE_VALUES)
+# Tensor parallelism (issue 32, docs/tensor-parallel.md): ranks the cell runs on, one per device.
+# A whole number, unlike the run-mode axes; 1 is the single-device path. Powers of two only:
+# the plans split heads evenly and the common GPU boxes hold 2, 4 or 8.
+TP_VALUES = (1, 2, 4, 8)
+
+
+def tp_axis(raw: Any, where: str) -> list[int]:
+    """Validate the `tp` axis (a value or a list of values); MatrixError names the fix."""
+    values = raw if isinstance(raw, list) else [raw]
+    allowed = ", ".join(str(v) for v in TP_VALUES)
+    if not values:
+        raise MatrixError(f"{where}: the axis is empty; list at least one of {allowed}")
+    checked: list[int] = []
+    for index, value in enumerate(values):
+        # YAML `true` is an int in Python: a boolean is never a rank count.
+        if isinstance(value, bool) or not isinstance(value, int) or value not in TP_VALUES:
+            raise MatrixError(
+                f"{where}[{index}]: tp {value!r} is not valid; use one of {allowed} "
+                "(ranks, one per device)"
+            )
+        if value in checked:
+            raise MatrixError(
+                f"{where}[{index}]: {value!r} is listed twice, which would make duplicate cell "
+                "ids; remove one"
+            )
+        checked.append(value)
+    return checked
 
 
 def run_mode_axis(raw: Any, axis: str, where: str) -> list[str]:

@@ -14,7 +14,8 @@ How the model runs (DESIGN §9) adds optional axes, `attention`, `cache`, `compi
 only; default P + N - 1), and `kv_group_size` / `kv_residual` (quantized KV caches only). An
 axis joins the cell id (`-attn_sdpa-cache_static-compile_default`) and the flat `params` only when
 the matrix names it, so files without these axes keep their history keys. An `include:` entry may
-give lists for any axis: it adds the product of its lists.
+give lists for any axis: it adds the product of its lists. The optional `tp` axis (tensor-parallel
+ranks: 1, 2, 4, 8) works the same way: `-tp<N>` ends the id only when the matrix names it.
 
 This module deliberately does not import torch or transformers (a broken matrix must fail in
 a fraction of a second), and does not decide whether *this machine* can run a cell: that is
@@ -66,6 +67,7 @@ TOP_LEVEL_KEYS = (
     "description",
     *AXES,
     *RUN_MODE_AXES,
+    "tp",
     *DEFAULT_SETTINGS,
     "max_cache_len",
     *KV_QUANT_SETTINGS,
@@ -101,6 +103,8 @@ class Cell:
     # Set explicitly in the matrix (None: the defaults above); only quantized-KV cells carry them.
     kv_group_size: int | None = None
     kv_residual: int | None = None
+    # Tensor-parallel ranks (issue 32); None: the matrix has no `tp` axis, i.e. one device.
+    tp: int | None = None
 
     @property
     def id(self) -> str:
@@ -108,7 +112,9 @@ class Cell:
 
         Run-mode axes append `-attn_<v>`, `-cache_<v>` (with `-len<L>` for an explicit
         `max_cache_len`), `-compile_<v>`, `-q_<v>` and `-kvq_<v>` (with `-g<G>` and `-r<R>` for
-        an explicit `kv_group_size` / `kv_residual`), each only when the cell has that axis.
+        an explicit `kv_group_size` / `kv_residual`), each only when the cell has that axis;
+        then `-tp<N>` when the cell has a `tp` axis (`-tp1` included: a tp-1 twin named in a tp
+        matrix is its own history key, timed by the same in-process path as an id without it).
         """
         base = (
             f"{self.model}-{self.device}-{self.dtype}"
@@ -126,6 +132,8 @@ class Cell:
                     parts.append(f"g{self.kv_group_size}")
                 if self.kv_residual is not None:
                     parts.append(f"r{self.kv_residual}")
+        if self.tp is not None:
+            parts.append(f"tp{self.tp}")
         return "-".join(parts)
 
     @property
@@ -139,7 +147,14 @@ class Cell:
             for axis in RUN_MODE_AXES
             if getattr(self, axis) is not None and axis != "kv_quant"
         )
-        return (self.model, self.device, self.dtype, *run_mode)
+        # A tp > 1 cell builds nothing in this process (its ranks load the model): its own key.
+        sharded = (f"tp={self.tp}",) if self.tp_size > 1 else ()
+        return (self.model, self.device, self.dtype, *run_mode, *sharded)
+
+    @property
+    def tp_size(self) -> int:
+        """Tensor-parallel ranks: the `tp` axis, 1 where the matrix has none."""
+        return 1 if self.tp is None else self.tp
 
     @property
     def weight_quant(self) -> str:
@@ -190,7 +205,7 @@ class Cell:
         Run-mode axes (and `max_cache_len`) appear only when the cell has them.
         """
         flat: dict[str, str | int] = {name: getattr(self, name) for name in CELL_AXES}
-        for name in (*RUN_MODE_AXES, "max_cache_len", *KV_QUANT_SETTINGS):
+        for name in (*RUN_MODE_AXES, "max_cache_len", *KV_QUANT_SETTINGS, "tp"):
             value = getattr(self, name)
             if value is not None:
                 flat[name] = value
@@ -216,7 +231,7 @@ class Cell:
         return cls(**{name: params[name] for name in names if name in params})
 
 
-_OPTIONAL_FIELDS = (*RUN_MODE_AXES, "max_cache_len", *KV_QUANT_SETTINGS, "min_timed_s")
+_OPTIONAL_FIELDS = (*RUN_MODE_AXES, "max_cache_len", *KV_QUANT_SETTINGS, "min_timed_s", "tp")
 
 
 @dataclass(frozen=True)

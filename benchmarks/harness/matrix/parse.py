@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from benchmarks.harness.errors import MatrixError
-from benchmarks.harness.matrix.axes import RUN_MODE_AXES, run_mode_axis
+from benchmarks.harness.matrix.axes import RUN_MODE_AXES, run_mode_axis, tp_axis
 from benchmarks.harness.matrix.cells import (
     CELL_AXES,
     DEFAULT_SETTINGS,
@@ -94,11 +94,7 @@ def parse_matrix(data: Any, *, path: Path, known_models: Sequence[str]) -> Matri
         raise MatrixError(f"{where}: description must be a string; quote it")
 
     axes = {key: _axis(data, key, where, known_models) for key in AXES}
-    run_axes = {
-        key: run_mode_axis(data[key], key, f"{where}: {key}")
-        for key in RUN_MODE_AXES
-        if key in data
-    }
+    run_axes = _optional_axes(data, f"{where}: ")
     settings = {
         name: whole_number(data.get(name, default), f"{where}: {name}", SETTING_MINIMUM[name])
         for name, default in DEFAULT_SETTINGS.items()
@@ -154,6 +150,17 @@ def parse_matrix(data: Any, *, path: Path, known_models: Sequence[str]) -> Matri
         measurements=measurements,
         **settings,
     )
+
+
+def _optional_axes(data: Mapping[str, Any], prefix: str) -> dict[str, list[Any]]:
+    """The optional axes `data` names (run modes, then `tp`), validated, in that order: the
+    order their parts take in the cell id. `prefix` + the key names the field in errors."""
+    found: dict[str, list[Any]] = {
+        key: run_mode_axis(data[key], key, f"{prefix}{key}") for key in RUN_MODE_AXES if key in data
+    }
+    if "tp" in data:
+        found["tp"] = tp_axis(data["tp"], f"{prefix}tp")
+    return found
 
 
 def _measurements(raw: Any, where: str) -> tuple[str, ...]:
@@ -252,7 +259,14 @@ def _includes(
             f"{where}: include must be a list of whole cells, e.g. `include: [{{model: ..., "
             "device: cpu, dtype: float32, batch: 1, prompt_len: 128, new_tokens: 32}]`"
         )
-    allowed = (*CELL_AXES, *RUN_MODE_AXES, *DEFAULT_SETTINGS, "max_cache_len", *KV_QUANT_SETTINGS)
+    allowed = (
+        *CELL_AXES,
+        *RUN_MODE_AXES,
+        "tp",
+        *DEFAULT_SETTINGS,
+        "max_cache_len",
+        *KV_QUANT_SETTINGS,
+    )
     for index, entry in enumerate(raw):
         here = f"{where}: include[{index}]"
         if not isinstance(entry, Mapping):
@@ -270,9 +284,7 @@ def _includes(
             choices[field] = [
                 axis_value(field, value, f"{here}.{field}", known_models) for value in values
             ]
-        for field in RUN_MODE_AXES:
-            if field in entry:
-                choices[field] = run_mode_axis(entry[field], field, f"{here}.{field}")
+        choices.update(_optional_axes(entry, f"{here}."))
         own = {
             name: whole_number(
                 entry.get(name, settings[name]), f"{here}.{name}", SETTING_MINIMUM[name]

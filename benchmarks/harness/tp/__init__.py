@@ -6,7 +6,8 @@ reasons), `timing` (barrier -> sync -> t0 -> call -> sync -> t1 on every rank, t
 the max over ranks), `worker` and `rank` (one torchrun rank: load, assert bytes, time rounds,
 write its JSON), `files` (the rank records and stack dumps, written whole) and `launch` (the
 parent: the saved random model, torchrun as a child process group with a timeout, no orphan
-left, the failure reason). Not wired into the matrix yet: docs/tensor-parallel.md.
+left, the failure reason). The suite runs them for the matrix's `tp` axis
+(`benchmarks/tp_cells.py`, `benchmarks/tp_record.py`): docs/tensor-parallel.md.
 
 May import: benchmarks.harness.errors, benchmarks.harness.device, benchmarks.harness.model,
 benchmarks.harness.cache, benchmarks.harness.roofline, benchmarks.harness.engine, torch,

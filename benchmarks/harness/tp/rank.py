@@ -18,6 +18,8 @@ bytes side by side, the same greedy tokens on every rank, the weight shards addi
 from __future__ import annotations
 
 import argparse
+import resource
+import sys
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -138,6 +140,20 @@ def _decode_rounds(
     return rounds, snapshot.kv_bytes
 
 
+def peak_memory(device: torch.device) -> tuple[int | None, str]:
+    """This rank's peak memory over its whole life (load, generate, every round), and its label.
+
+    CUDA: `max_memory_allocated` of its device (the caching allocator's tensors, not the
+    reserve). CPU: the process's peak RSS (`getrusage` ru_maxrss: KiB on Linux, bytes on
+    macOS), which includes torch and transformers themselves, not only the model.
+    """
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device)), "cuda max_memory_allocated"
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    scale = 1 if sys.platform == "darwin" else 1024
+    return int(peak) * scale, "process peak RSS (getrusage ru_maxrss, interpreter included)"
+
+
 def run_rank(
     args: argparse.Namespace,
     group: TorchGroup,
@@ -171,6 +187,7 @@ def run_rank(
     want = kv["analytic_after_prefill_bytes"]
     if snapshot_bytes != want:
         errors.append(f"decode snapshot holds {snapshot_bytes} B, analytic {want} B")
+    peak_bytes, peak_label = peak_memory(device)
     record: dict[str, Any] = {
         "transformers": transformers.__version__,
         "torch": torch.__version__,
@@ -183,6 +200,9 @@ def run_rank(
         "prefill_rank_s": [list(r.rank_s) for r in prefill],
         "decode_step_s": [r.rank_s[group.rank] for r in decode],
         "decode_rank_s": [list(r.rank_s) for r in decode],
+        "plan": plan,  # the plan the model applied: the all-reduce estimate counts its rules
+        "peak_bytes": peak_bytes,
+        "peak_label": peak_label,
         "errors": errors,
     }
     everyone = group.gather_objects(record)  # after every timed round: outside any timing
@@ -231,6 +251,9 @@ def combine(
         "kv_tp1_after_prefill_bytes": records[0]["kv"]["tp1_analytic_after_prefill_bytes"],
         "weights_per_rank_bytes": [w.local_bytes for w in weights],
         "weights_global_bytes": weights[0].global_bytes,
+        "plan": records[0].get("plan") or {},
+        "peak_per_rank_bytes": [r.get("peak_bytes") for r in records],
+        "peak_label": records[0].get("peak_label"),
         "same_tokens": same_tokens,
         "generated_ids": tokens[0],
         "errors": errors,

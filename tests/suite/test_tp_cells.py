@@ -1,0 +1,178 @@
+"""Tensor-parallel cells in the suite (issue 32), without starting any rank: the collection-time
+reasons, the replay timer and the record built from a fake rank-0 result.
+
+The real runs (torchrun, two gloo ranks) are `test_tp_suite.py`'s.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import transformers
+
+from benchmarks import tp_cells
+from benchmarks.harness.device.freemem import FreeMemory
+from benchmarks.harness.matrix.cells import Cell
+from benchmarks.harness.tp.skips import too_old_reason, tp_loading
+from benchmarks.tp_cells import injected_failure, measurement_reason, run_mode_reason
+from benchmarks.tp_record import ReplayTimer, allreduce_bytes_estimate, slowest_rank_counts
+
+pytest_plugins = ["pytester"]
+LOADS_TP = tp_loading() is not None
+CELL = Cell("tiny-llama", "cpu", "float32", 1, 24, 8, warmup=1, rounds=3, seed=0, tp=2)
+
+
+def test_tp1_cells_have_no_tp_reason():
+    assert tp_cells.tp_cell_reason(Cell("tiny-llama", "cpu", "float32", 1, 24, 8, 1, 3, 0)) is None
+    assert (
+        tp_cells.tp_cell_reason(Cell("tiny-llama", "cpu", "float32", 1, 24, 8, 1, 3, 0, tp=1))
+        is None
+    )
+
+
+@pytest.mark.parametrize(
+    ("mode", "named"),
+    [
+        ({"compile": "default"}, "compile=default"),
+        ({"cache": "static"}, "cache=static"),
+        ({"quant": "int8wo"}, "quant=int8wo"),
+        ({"kv_quant": "hqq4"}, "kv_quant=hqq4"),
+        ({"attention": "eager"}, "attention=eager"),
+    ],
+)
+def test_run_modes_the_worker_does_not_run_are_skipped(mode, named):
+    cell = Cell(**{**CELL.to_params(), **mode})  # type: ignore[arg-type]
+    reason = tp_cells.tp_cell_reason(cell)
+    assert reason is not None
+    assert named in reason
+    assert "not supported tensor-parallel" in reason
+    # The default kernel, a dynamic cache and no compile are what the worker runs.
+    plain = Cell(**{**CELL.to_params(), "attention": "sdpa", "cache": "dynamic", "compile": "none"})  # type: ignore[arg-type]
+    assert run_mode_reason(plain) is None
+
+
+@pytest.mark.skipif(LOADS_TP, reason="this transformers loads tensor-parallel")
+def test_an_old_transformers_skips_with_the_too_old_reason():
+    assert tp_cells.tp_cell_reason(CELL) == too_old_reason()
+    assert transformers.__version__ in too_old_reason()
+
+
+@pytest.mark.skipif(not LOADS_TP, reason=too_old_reason())
+def test_devices_and_memory_decide_the_skip(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(tp_cells, "device_count", lambda device_type: 2)
+    assert tp_cells.tp_cell_reason(CELL) is None
+    monkeypatch.setattr(tp_cells, "device_count", lambda device_type: 1)
+    assert "gives each rank 1 // 2 = 0 threads" in (tp_cells.tp_cell_reason(CELL) or "")
+    monkeypatch.setattr(tp_cells, "device_count", lambda device_type: 8)
+    tiny = FreeMemory("cpu", 2_000, "test")
+    monkeypatch.setattr(tp_cells, "free_memory", lambda device: tiny)
+    reason = tp_cells.tp_cell_reason(CELL) or ""
+    # On CPU the ranks share the host: each gets free / tp.
+    assert reason.startswith("per rank of tp 2:")
+    assert "> 0.0 MB free on cpu / 2 ranks (test, shared by 2 ranks)" in reason
+    monkeypatch.setenv("PHASEBENCH_IGNORE_FIT", "1")
+    assert tp_cells.tp_cell_reason(CELL) is None
+
+
+def test_other_modules_name_why_they_skip_tp_cells():
+    assert "KV bytes are asserted on every rank" in measurement_reason("benchmarks.test_kv_cache")
+    assert measurement_reason("benchmarks.test_generate").startswith(
+        "test_generate does not run tensor-parallel cells"
+    )
+
+
+def test_the_replay_timer_reads_each_round_exactly():
+    durations = [0.1, 0.2 + 1e-17, 1e-9, 123.456]
+    timer = ReplayTimer(durations)
+    got = []
+    for _ in durations:  # pytest-benchmark's runner: one read before the call, one after
+        start = timer()
+        got.append(timer() - start)
+    assert got == durations  # bit for bit: no cumulative sum's rounding
+    with pytest.raises(RuntimeError, match="holds 4 measured rounds"):
+        timer()
+
+
+def test_counts_and_the_allreduce_estimate():
+    assert slowest_rank_counts([1, 1, 0], 2) == [1, 2]
+    assert slowest_rank_counts([], 4) == [0, 0, 0, 0]
+    config = transformers.LlamaConfig(hidden_size=64, num_hidden_layers=2)
+    plan = {
+        "model.embed_tokens": "embedding_rowwise",
+        "model.layers.*.self_attn.o_proj": "rowwise",
+        "model.layers.*.mlp.down_proj": "rowwise",
+        "model.layers.*.mlp.up_proj": "colwise",
+        "lm_head": "colwise_gather_output",
+    }
+    # 5 all-reduces (2 per layer + the embedding) of 1 token x 64 x 4 B, ring 2 x (2 - 1) / 2.
+    assert allreduce_bytes_estimate(config, plan, dtype="float32", tokens=1, world=2) == 5 * 256
+    assert allreduce_bytes_estimate(config, plan, dtype="bfloat16", tokens=24, world=4) == (
+        2 * 3 * 5 * 24 * 64 * 2 // 4
+    )
+
+
+def test_the_injected_failure_is_parsed_or_refused():
+    assert injected_failure(None) == {}
+    assert injected_failure("1:kill:generate") == {
+        "fail_rank": 1,
+        "fail_mode": "kill",
+        "fail_at": "generate",
+    }
+    for bad in ("1:kill", "x:kill:load", "1:boom:load", "1:kill:nowhere"):
+        with pytest.raises(ValueError, match="PHASEBENCH_TP_FAIL"):
+            injected_failure(bad)
+
+
+# A pytest-benchmark session of its own, in this process (pytester; no xdist there, which would
+# disable benchmarks): a fake rank-0 result through `tp_measurement`, the saved JSON read back.
+FAKE_TEST = """
+from benchmarks.harness.matrix.cells import Cell
+from benchmarks.harness.tp.launch import LaunchResult
+from benchmarks.tp_cells import TPRun
+from benchmarks.tp_record import tp_measurement
+import transformers
+
+DECODE = [0.25, 0.125, 0.5 + 1e-12]
+RESULT = {
+    "tp_size": 2, "backend": "gloo", "prefill_s": [1.0, 2.0, 3.0], "decode_step_s": DECODE,
+    "prefill_slowest_rank": [0, 0, 1], "decode_slowest_rank": [1, 1, 0],
+    "weights_per_rank_bytes": [10, 10], "weights_global_bytes": 18,
+    "kv_per_rank_after_prefill_bytes": [6, 6], "kv_per_rank_final_bytes": [8, 8],
+    "kv_tp1_after_prefill_bytes": 12, "peak_per_rank_bytes": [100, 101],
+    "peak_label": "process peak RSS", "plan": {"model.layers.*.o_proj": "rowwise"},
+}
+
+
+def test_fake(benchmark):
+    cell = Cell("tiny-llama", "cpu", "float32", 2, 24, 8, warmup=1, rounds=3, seed=0, tp=2)
+    launched = LaunchResult(0, False, 12.5, RESULT, ({"threads": 1}, {"threads": 1}), None, "")
+    config = transformers.LlamaConfig(hidden_size=64, num_hidden_layers=2)
+    run = TPRun(cell.id, launched, None, None, config)
+    tp_measurement(benchmark, cell, run, "decode", lambda line: None)
+"""
+
+
+def test_the_record_holds_exactly_the_ranks_rounds(pytester: pytest.Pytester):
+    pytester.makepyfile(test_fake=FAKE_TEST)
+    out = pytester.path / "out.json"
+    done = pytester.runpytest_inprocess("-p", "no:cacheprovider", f"--benchmark-json={out}")
+    done.assert_outcomes(passed=1)
+    bench = json.loads(out.read_text())["benchmarks"][0]
+    assert bench["stats"]["data"] == [0.25, 0.125, 0.5 + 1e-12]
+    assert bench["stats"]["rounds"] == 3
+    assert bench["options"]["timer"] == "tp_replay_max_over_ranks"
+    info = bench["extra_info"]
+    assert info["decode_step_s"] == 0.25
+    assert info["decode_tok_per_s"] == 2 / 0.25
+    assert info["tp_size"] == 2
+    assert info["tp_slowest_rank_counts"] == [1, 2]
+    assert info["tp_kv_rank_after_prefill_bytes"] == [6, 6]
+    assert info["tp_peak_rank_bytes"] == [100, 101]
+    assert info["tp_launch_s"] == 12.5
+    # One all-reduce per layer of 2 x 1 token x 64 x 4 B, ring factor 2 x (2 - 1) / 2.
+    assert info["tp_allreduce_bytes_per_step_estimate"] == 2 * 2 * 64 * 4
+    assert "weights_bytes" not in info
+    assert "kv_measured_after_prefill_bytes" not in info
+    assert info["decode_pct_of_peak_bandwidth"] is None
+    assert bench["params"]["tp"] == 2
