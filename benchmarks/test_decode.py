@@ -114,7 +114,9 @@ def test_decode(
     info.update(cell_roofline(run, peaks, remeasure_peaks, decode_step_s=step_s))
 
 
-def test_decode_tp(cell: Cell, tp_run: TPRun, progress: Progress, benchmark: Any) -> None:
+def test_decode_tp(
+    cell: Cell, tp_run: TPRun, progress: Progress, peaks: Peaks, benchmark: Any
+) -> None:
     """A tensor-parallel cell's decode step at context P: the ranks' own rounds (each the max
     over ranks) from the cell's one torchrun, replayed into the record (`tp_record`)."""
-    tp_measurement(benchmark, cell, tp_run, MEASUREMENT, progress)
+    tp_measurement(benchmark, cell, tp_run, MEASUREMENT, progress, peaks=peaks)

@@ -113,7 +113,9 @@ def test_prefill_forward(
         info.update(cell_roofline(run, peaks, remeasure_peaks, prefill_s=prefill_s))
 
 
-def test_prefill_forward_tp(cell: Cell, tp_run: TPRun, progress: Progress, benchmark: Any) -> None:
+def test_prefill_forward_tp(
+    cell: Cell, tp_run: TPRun, progress: Progress, peaks: Peaks, benchmark: Any
+) -> None:
     """A tensor-parallel cell's prefill forward: the ranks' own rounds (each the max over ranks)
     from the cell's one torchrun, replayed into the record (`benchmarks/tp_record.py`)."""
-    tp_measurement(benchmark, cell, tp_run, MEASUREMENT, progress)
+    tp_measurement(benchmark, cell, tp_run, MEASUREMENT, progress, peaks=peaks)

@@ -9,7 +9,8 @@ record's statistics are the ranks' rounds, not this process's wall time (docs/te
 they mean the same thing (`prefill_s`, `prefill_tok_per_s`, `decode_step_s`,
 `decode_tok_per_s`, `context_len`, from the replayed rounds) and the `tp_*` contract fields.
 Whole-model-on-one-device fields (`weights_bytes`, `kv_*_bytes`, peaks, roofline) are left out:
-per-rank bytes are in the `tp_*` lists, so nothing is counted twice.
+per-rank bytes are in the `tp_*` lists, so nothing is counted twice; the roofline is per rank
+(`tp_roofline.py`).
 """
 
 from __future__ import annotations
@@ -22,16 +23,18 @@ from benchmarks.harness.cache.kv import text_config
 from benchmarks.harness.device.devices import parse_dtype
 from benchmarks.harness.matrix.cells import Cell
 from benchmarks.harness.records import median
+from benchmarks.harness.roofline.peaks import Peaks
 from benchmarks.suite import EXTRA_INFO_SCHEMA, Progress
 from benchmarks.tp_cells import TPRun
+from benchmarks.tp_roofline import tp_roofline_fields
 
 REPLAY_TIMER = "tp_replay_max_over_ranks"
 # transformers' TP styles whose layer output is summed over the ranks (an all-reduce).
 ALLREDUCE_STYLES = frozenset({"rowwise", "embedding_rowwise", "rowwise_split_input"})
-# Roofline per rank (per-rank bytes and FLOPs against one device's peaks) is not derived yet.
+# The whole-model roofline fields stay None: a tp cell's roofline is per rank (`tp_roofline`).
 ROOFLINE_NOTE = (
-    "not computed for tensor-parallel cells: the roofline functions take the whole model on one "
-    "device; per-rank bytes are in the tp_* fields"
+    "tensor-parallel cell: the roofline is per rank, in the tp_* roofline fields "
+    "(benchmarks/tp_roofline.py)"
 )
 
 
@@ -113,9 +116,10 @@ def allreduce_bytes_estimate(
 
 
 def tp_measurement(
-    benchmark: Any, cell: Cell, run: TPRun, measurement: str, progress: Progress
+    benchmark: Any, cell: Cell, run: TPRun, measurement: str, progress: Progress, *, peaks: Peaks
 ) -> dict[str, Any]:
-    """Replay the cell's `measurement` ("prefill" or "decode") rounds and write its record."""
+    """Replay the cell's `measurement` ("prefill" or "decode") rounds and write its record; its
+    per-rank roofline against `peaks` last (a `RooflineError` fails the test, not the record)."""
     run.check()  # a failed run fails the test with the launcher's reason, before any record
     result = run.result
     launched = run.launch
@@ -178,4 +182,17 @@ def tp_measurement(
         info["decode_tok_per_s"] = cell.batch / middle
         info["context_len"] = cell.prompt_len
         progress(f"{cell.id}: decode step median {middle * 1e3:.2f} ms (max over {world} ranks)")
+    info.update(
+        tp_roofline_fields(
+            result,
+            run.config,
+            peaks,
+            device_type=cell.device.split(":")[0],
+            batch=cell.batch,
+            prompt_len=cell.prompt_len,
+            new_tokens=cell.new_tokens,
+            measurement=measurement,
+            median_s=middle,
+        )
+    )
     return info

@@ -130,6 +130,7 @@ FAKE_TEST = """
 from benchmarks.harness.matrix.cells import Cell
 from benchmarks.harness.tp.launch import LaunchResult
 from benchmarks.tp_cells import TPRun
+from benchmarks.harness.roofline.peaks import Peaks
 from benchmarks.tp_record import tp_measurement
 import transformers
 
@@ -149,7 +150,8 @@ def test_fake(benchmark):
     launched = LaunchResult(0, False, 12.5, RESULT, ({"threads": 1}, {"threads": 1}), None, "")
     config = transformers.LlamaConfig(hidden_size=64, num_hidden_layers=2)
     run = TPRun(cell.id, launched, None, None, config)
-    tp_measurement(benchmark, cell, run, "decode", lambda line: None)
+    peaks = Peaks(1e11, 1e10, "measured:copy/linear", "float32")
+    tp_measurement(benchmark, cell, run, "decode", lambda line: None, peaks=peaks)
 """
 
 
@@ -174,5 +176,10 @@ def test_the_record_holds_exactly_the_ranks_rounds(pytester: pytest.Pytester):
     assert info["tp_allreduce_bytes_per_step_estimate"] == 2 * 2 * 64 * 4
     assert "weights_bytes" not in info
     assert "kv_measured_after_prefill_bytes" not in info
-    assert info["decode_pct_of_peak_bandwidth"] is None
+    assert info["decode_pct_of_peak_bandwidth"] is None  # the whole-model field: per rank below
+    # Per rank: 10 B of weights + 6 B of KV + (8 - 6) / 7 steps' growth, rounded down: 16 B each;
+    # on a CPU the ranks' sum (32 B) per 0.25 s against the host's 1e10 B/s.
+    assert info["tp_decode_rank_bytes"] == [16, 16]
+    assert info["tp_decode_pct_of_peak_bandwidth"] == pytest.approx(100 * 32 / 0.25 / 1e10)
+    assert info["tp_roofline_scope"].startswith("shared host")
     assert bench["params"]["tp"] == 2
