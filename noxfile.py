@@ -110,6 +110,29 @@ def tests(session: nox.Session, transformers: str) -> None:
     )
 
 
+# The oldest transformers line that loads a model tensor-parallel (`tp_plan="auto"`; 4.46 has no
+# TP plans and `tests` checks its refusal, 5.24's `DistributedConfig` path runs in `tests`).
+TP_TRANSFORMERS = "4.57.1"
+
+
+@nox.session(name="tests-tp")
+def tests_tp(session: nox.Session) -> None:
+    """The tensor-parallel tests (real 2-rank gloo runs) on transformers 4.57's loading path."""
+    _install(session, "test", extra=(f"transformers=={TP_TRANSFORMERS}",))
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "tests/harness/tp",
+        "tests/suite/test_tp_cells.py",
+        "tests/suite/test_tp_suite.py",
+        "-n",
+        os.environ.get("PHASEBENCH_TEST_WORKERS", "2"),
+        *session.posargs,
+        env={"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")},
+    )
+
+
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff, mypy strict on the libraries, and the workflow linters."""
