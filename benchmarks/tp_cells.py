@@ -6,7 +6,9 @@
   the default `sdpa`); `tp.skips.tp_skip_reason` (transformers without TP loading, a model type
   without a plan, too few devices, heads the plan cannot split); `tp.bytes.rank_fit_reason`, one
   rank's weights / tp + KV per rank + activations against one device's free memory (on CPU the
-  ranks share the host, so against free / tp). `PHASEBENCH_IGNORE_FIT=1` turns the fit off.
+  ranks share the host, so against free / tp); for a `source: config` model not saved yet, the
+  host memory and disk that saving its random weights takes (`save_fit_reason`: it builds the
+  whole model in RAM). `PHASEBENCH_IGNORE_FIT=1` turns the fit off.
 * `tp_run` (fixture): the cell's one `launch.run_tp`, started before any timer and kept per cell
   id for the session, so its prefill and decode records come from the same torchrun and a failed
   run fails both tests with the launcher's reason without a second launch. The random weights
@@ -22,6 +24,7 @@ The records are `benchmarks/tp_record.py`'s. Deliberately not here: timing (the 
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,11 +40,15 @@ from benchmarks.harness.model.models import MODELS_DIR, load_model_spec
 from benchmarks.harness.plan import IGNORE_FIT_ENV
 from benchmarks.harness.tp.bytes import rank_fit_estimate, rank_fit_reason
 from benchmarks.harness.tp.launch import (
+    CACHE_ENV,
+    MARKER,
     LaunchResult,
     SavedModel,
     WorkerOptions,
+    model_cache_root,
     run_tp,
     save_random_model,
+    saved_model_key,
 )
 from benchmarks.harness.tp.skips import device_count, tp_loading, tp_plan_for, tp_skip_reason
 from benchmarks.harness.tp.worker import FAIL_MODES, STAGES
@@ -121,7 +128,56 @@ def tp_cell_reason(cell: Cell, models_dir: Path | None = None) -> str | None:
         new_tokens=cell.new_tokens,
         device_type=device_type,
     )
-    return rank_fit_reason(estimate, _rank_free_memory(cell), cell.tp_size)
+    reason = rank_fit_reason(estimate, _rank_free_memory(cell), cell.tp_size)
+    if reason is not None or spec.source != "config":
+        return reason
+    return save_fit_reason(
+        cell, key=saved_model_key(spec, parse_dtype(cell.dtype), cell.seed),
+        weights_bytes=estimate.weights_bytes * cell.tp_size,
+    )  # fmt: skip
+
+
+# Saving builds the model whole in host memory (`launch.save_random_model`): measured peak RSS
+# = the weights + ~0.4 GB (docs/tensor-parallel.md); this margin leaves the rest of the process.
+SAVE_MARGIN_BYTES = 2 << 30
+
+
+def save_fit_reason(
+    cell: Cell,
+    *,
+    key: str,
+    weights_bytes: int,
+    available_bytes: int | None = None,
+    disk_free_bytes: int | None = None,
+) -> str | None:
+    """Why a `source: config` tp cell's random weights cannot be saved here, or None (saved
+    already, or they fit). An out-of-memory kill while saving would end the whole run, not one
+    cell, so it is a skip at collection."""
+    root = model_cache_root()
+    if (root / key / MARKER).is_file():
+        return None
+    need = weights_bytes + SAVE_MARGIN_BYTES
+    if available_bytes is None:
+        available_bytes = free_memory("cpu").free_bytes
+        if available_bytes is None:  # unknown: the rank fit's own figures are all there is
+            return None
+    if disk_free_bytes is None:
+        probe = root if root.exists() else next((p for p in root.parents if p.exists()), root)
+        disk_free_bytes = shutil.disk_usage(probe).free
+    where = f"save it once where it fits into {CACHE_ENV} (folder {key}) and copy it here"
+    if need > available_bytes:
+        return (
+            f"tp {cell.tp_size}: saving {cell.model}'s random weights builds the whole model in "
+            f"host memory, ~{need / 1e9:.1f} GB with the process, and {available_bytes / 1e9:.1f} "
+            f"GB is available: {where}, or give the model a local checkpoint"
+        )
+    if weights_bytes > disk_free_bytes:
+        return (
+            f"tp {cell.tp_size}: saving {cell.model}'s random weights needs "
+            f"{weights_bytes / 1e9:.1f} GB of disk under {root}, {disk_free_bytes / 1e9:.1f} GB "
+            f"is free: set {CACHE_ENV} to a bigger disk"
+        )
+    return None
 
 
 def measurement_reason(module: str) -> str:

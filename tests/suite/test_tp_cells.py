@@ -15,7 +15,12 @@ from benchmarks import tp_cells
 from benchmarks.harness.device.freemem import FreeMemory
 from benchmarks.harness.matrix.cells import Cell
 from benchmarks.harness.tp.skips import too_old_reason, tp_loading
-from benchmarks.tp_cells import injected_failure, measurement_reason, run_mode_reason
+from benchmarks.tp_cells import (
+    injected_failure,
+    measurement_reason,
+    run_mode_reason,
+    save_fit_reason,
+)
 from benchmarks.tp_record import ReplayTimer, allreduce_bytes_estimate, slowest_rank_counts
 
 pytest_plugins = ["pytester"]
@@ -183,3 +188,35 @@ def test_the_record_holds_exactly_the_ranks_rounds(pytester: pytest.Pytester):
     assert info["tp_decode_pct_of_peak_bandwidth"] == pytest.approx(100 * 32 / 0.25 / 1e10)
     assert info["tp_roofline_scope"].startswith("shared host")
     assert bench["params"]["tp"] == 2
+
+
+def test_a_model_too_big_to_save_here_is_skipped_at_collection_not_killed_mid_run(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("PHASEBENCH_TP_MODEL_CACHE", str(tmp_path))
+    cell = Cell("llama-3.1-70b", "cuda", "bfloat16", 1, 512, 128, warmup=1, rounds=3, seed=0, tp=8)
+    weights = 141 * 10**9
+    ram = save_fit_reason(
+        cell, key="k", weights_bytes=weights, available_bytes=64 * 10**9, disk_free_bytes=10**12
+    )
+    assert ram is not None
+    assert "builds the whole model in host memory, ~143.1 GB" in ram
+    assert "64.0 GB is available" in ram
+    assert "PHASEBENCH_TP_MODEL_CACHE (folder k)" in ram
+    disk = save_fit_reason(
+        cell, key="k", weights_bytes=weights, available_bytes=10**12, disk_free_bytes=10**11
+    )
+    assert disk is not None
+    assert "141.0 GB of disk" in disk
+    assert (
+        save_fit_reason(
+            cell, key="k", weights_bytes=weights, available_bytes=10**12, disk_free_bytes=10**12
+        )
+        is None
+    )
+    (tmp_path / "k").mkdir()
+    (tmp_path / "k" / "phasebench-tp.json").write_text("{}")  # saved already: nothing to build
+    assert (
+        save_fit_reason(cell, key="k", weights_bytes=weights, available_bytes=1, disk_free_bytes=1)
+        is None
+    )
