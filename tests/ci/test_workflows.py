@@ -417,6 +417,7 @@ def test_hosted_ci_runs_lint_and_tests_on_pull_requests_and_pushes_to_main():
     }
     assert "nox -s lint" in scripts["lint"]
     assert "nox -s tests" in scripts["tests"]
+    assert "nox -s tests-tp" in scripts["tests-tp"]
     for job in jobs(data).values():
         assert job["runs-on"] == "ubuntu-latest"
         assert job["permissions"] == {"contents": "read"}
