@@ -3,8 +3,9 @@
 * `tp_cell_reason(cell)`: why a `tp > 1` cell cannot run here (None for tp-1 cells and for tp
   cells that can), composed in this order: a run mode the tensor-parallel worker does not run
   (compile, a static or quantized cache, weight quantization, an attention kernel other than
-  the default `sdpa`); `tp.skips.tp_skip_reason` (transformers without TP loading, a model type
-  without a plan, too few devices, heads the plan cannot split); `tp.bytes.rank_fit_reason`, one
+  the default `sdpa`); no accelerate (transformers needs it for a TP load);
+  `tp.skips.tp_skip_reason` (transformers without TP loading, a model type without a plan, too
+  few devices, heads the plan cannot split); `tp.bytes.rank_fit_reason`, one
   rank's weights / tp + KV per rank + activations against one device's free memory (on CPU the
   ranks share the host, so against free / tp); for a `source: config` model not saved yet, the
   host memory and disk that saving its random weights takes (`save_fit_reason`: it builds the
@@ -23,6 +24,7 @@ The records are `benchmarks/tp_record.py`'s. Deliberately not here: timing (the 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 from dataclasses import dataclass
@@ -81,6 +83,16 @@ def run_mode_reason(cell: Cell) -> str | None:
     )
 
 
+def accelerate_reason() -> str | None:
+    """Why transformers cannot load tensor-parallel here: it needs accelerate (a device map)."""
+    if importlib.util.find_spec("accelerate") is not None:
+        return None
+    return (
+        "transformers loads a model tensor-parallel only with accelerate installed (it refuses "
+        "a device map without it): pip install accelerate (nox's bench sessions install it)"
+    )
+
+
 def _rank_free_memory(cell: Cell) -> FreeMemory:
     """One rank's share of free memory: the least free of the tp CUDA devices (one rank each);
     on CPU the ranks share the host, so its free memory / tp."""
@@ -102,7 +114,7 @@ def tp_cell_reason(cell: Cell, models_dir: Path | None = None) -> str | None:
     """Why this machine cannot run tp cell `cell` (module docstring's order), or None."""
     if cell.tp_size == 1:
         return None
-    reason = run_mode_reason(cell)
+    reason = run_mode_reason(cell) or accelerate_reason()
     if reason is not None:
         return reason
     spec = load_model_spec(cell.model, MODELS_DIR if models_dir is None else models_dir)

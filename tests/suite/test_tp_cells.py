@@ -16,10 +16,12 @@ from benchmarks.harness.device.freemem import FreeMemory
 from benchmarks.harness.matrix.cells import Cell
 from benchmarks.harness.tp.skips import too_old_reason, tp_loading
 from benchmarks.tp_cells import (
+    accelerate_reason,
     injected_failure,
     measurement_reason,
     run_mode_reason,
     save_fit_reason,
+    tp_cell_reason,
 )
 from benchmarks.tp_record import ReplayTimer, allreduce_bytes_estimate, slowest_rank_counts
 
@@ -220,3 +222,18 @@ def test_a_model_too_big_to_save_here_is_skipped_at_collection_not_killed_mid_ru
         save_fit_reason(cell, key="k", weights_bytes=weights, available_bytes=1, disk_free_bytes=1)
         is None
     )
+
+
+def test_without_accelerate_a_tp_cell_is_skipped_with_the_install_command(monkeypatch):
+    import importlib.util  # noqa: PLC0415 - the function under test reads it at call time
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "accelerate" else real(name)
+    )
+    reason = accelerate_reason()
+    assert reason is not None
+    assert "pip install accelerate" in reason
+    assert tp_cell_reason(CELL) == reason
+    monkeypatch.setattr(importlib.util, "find_spec", real)
+    assert accelerate_reason() is None  # installed here (the test group has it)
