@@ -105,6 +105,16 @@ class QuantRow:
         return self.accuracy is not None and self.accuracy.flagged
 
 
+def group_title(group: Group) -> str:
+    """'tiny-llama cpu float32 b1 p24 n8' (+ ' key=value' for other params): a view's group."""
+    params = dict(group)
+    words = [str(params.pop(k)) for k in ("model", "device", "dtype") if k in params]
+    for key, prefix in (("batch", "b"), ("prompt_len", "p"), ("new_tokens", "n")):
+        if key in params:
+            words.append(f"{prefix}{params.pop(key)}")
+    return " ".join([*words, *(f"{k}={v}" for k, v in params.items())])
+
+
 @dataclass(frozen=True)
 class QuantTable:
     """The quantizations of one group of cells (everything but quant and kv_quant)."""
@@ -115,13 +125,8 @@ class QuantTable:
 
     @property
     def title(self) -> str:
-        """'tiny-llama cpu float32 b1 p24 n8' (+ ' key=value' for other params)."""
-        params = dict(self.group)
-        words = [str(params.pop(k)) for k in ("model", "device", "dtype") if k in params]
-        for key, prefix in (("batch", "b"), ("prompt_len", "p"), ("new_tokens", "n")):
-            if key in params:
-                words.append(f"{prefix}{params.pop(key)}")
-        return " ".join([*words, *(f"{k}={v}" for k, v in params.items())])
+        """`group_title` of its group."""
+        return group_title(self.group)
 
     @property
     def baseline(self) -> QuantRow | None:

@@ -32,7 +32,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from reports.history.runfile import BenchmarkResult, Scalar
-from reports.render.quant import NO_RATIO, newest_runs, ratio_text, value_text
+from reports.render.quant import (
+    NO_RATIO,
+    Group,
+    group_title,
+    newest_runs,
+    ratio_text,
+    value_text,
+)
 from reports.render.tables import PEAK_MEMORY_FIELDS
 
 VERB, HELP = "tp", "speed-up over tp 1 and per-rank bytes per tp value"  # python -m reports tp
@@ -52,8 +59,6 @@ RANK_FIGURES = (
 _RATIO_FIGURES = ("weights_rank_bytes", "kv_rank_after_prefill_bytes", "kv_rank_final_bytes")
 ALLREDUCE = "allreduce_bytes_per_step_estimate"
 ALLREDUCE_HEAD = "all-reduce/step (estimate)"
-
-Group = tuple[tuple[str, Scalar], ...]
 
 
 @dataclass(frozen=True)
@@ -119,13 +124,8 @@ class TpTable:
 
     @property
     def title(self) -> str:
-        """'tiny-llama cpu float32 b1 p24 n8' (+ ' key=value' for other params)."""
-        params = dict(self.group)
-        words = [str(params.pop(k)) for k in ("model", "device", "dtype") if k in params]
-        for key, prefix in (("batch", "b"), ("prompt_len", "p"), ("new_tokens", "n")):
-            if key in params:
-                words.append(f"{prefix}{params.pop(key)}")
-        return " ".join([*words, *(f"{k}={v}" for k, v in params.items())])
+        """`quant.group_title` of its group."""
+        return group_title(self.group)
 
     @property
     def columns(self) -> list[tuple[str, str]]:

