@@ -52,8 +52,10 @@ RANK_FIGURES = (
     ("weights_rank_bytes", "weights/rank (max)", "tp_weights_rank_bytes", ("weights_bytes",)),
     ("kv_rank_after_prefill_bytes", "KV/rank after prefill (max)",
      "tp_kv_rank_after_prefill_bytes", ("kv_measured_after_prefill_bytes",)),
+    # generate's final cache holds P + N - 1 positions, as `tp_kv_rank_final_bytes` does (the
+    # decode benchmark's holds P + 1).
     ("kv_rank_final_bytes", "KV/rank final (max)", "tp_kv_rank_final_bytes",
-     ("kv_measured_final_bytes",)),
+     ("generate:kv_measured_final_bytes",)),
     ("peak_rank_bytes", "peak/rank (max)", "tp_peak_rank_bytes", PEAK_MEMORY_FIELDS),
 )  # fmt: skip
 _RATIO_FIGURES = ("weights_rank_bytes", "kv_rank_after_prefill_bytes", "kv_rank_final_bytes")
@@ -170,6 +172,14 @@ def _first(benches: Sequence[BenchmarkResult], key: str) -> float | None:
     return next((v for b in benches if (v := _number(b.extra.get(key))) is not None), None)
 
 
+def _fallback(benches: Sequence[BenchmarkResult], key: str) -> float | None:
+    """`key`, or `measurement:key`: only from that measurement's record."""
+    measurement, _, field_name = key.rpartition(":")
+    if measurement:
+        benches = [b for b in benches if _measurement(b) == measurement]
+    return _first(benches, field_name)
+
+
 def _rank_list(benches: Sequence[BenchmarkResult], key: str) -> tuple[int | None, ...]:
     """The first benchmark's per-rank list of `key` (non-numbers as None); () when none has one."""
     for bench in benches:
@@ -198,11 +208,12 @@ def _row(tp: int, benches: Sequence[BenchmarkResult]) -> TpRow:
         if known:
             values[name] = float(max(known))
         elif tp == 1 and not ranks:  # one device: its own figures are the rank's
-            values[name] = next((v for k in fallback if (v := _first(benches, k)) is not None),
+            values[name] = next((v for k in fallback if (v := _fallback(benches, k)) is not None),
                                 None)  # fmt: skip
         else:
             values[name] = None
-    values[ALLREDUCE] = _first(benches, "tp_allreduce_bytes_per_step_estimate")
+    # Per decode step: a prefill record's figure is per prefill forward (B x P tokens).
+    values[ALLREDUCE] = _fallback(benches, "decode:tp_allreduce_bytes_per_step_estimate")
     backend = next((b for x in benches if isinstance(b := x.extra.get("tp_backend"), str)), None)
     slowest = tuple(s for b in benches if (s := _slowest(b)) is not None)
     return TpRow(tp, backend, benches[0].cell_id, values, per_rank, slowest)

@@ -54,11 +54,15 @@ def bench(group, cell=CELL, extra=None, **axes):
 def single(prefill, decode, *, cell=CELL, **axes):
     """A single-device cell's prefill and decode (its own bytes, no per-rank lists)."""
     shared = {"weights_bytes": 1000 * KIB, "kv_measured_after_prefill_bytes": 64 * KIB,
-              "kv_measured_final_bytes": 96 * KIB, "peak_rss_bytes": 4000 * KIB}  # fmt: skip
+              "peak_rss_bytes": 4000 * KIB}  # fmt: skip
+    # As the suite writes them: decode's cache ends at P + 1 positions, generate's at P + N - 1
+    # (the point the tp cell's final figure is taken at).
     return [
         bench("prefill", cell, {**shared, "prefill_tok_per_s": prefill}, **axes),
-        bench("decode", cell, {**shared, "decode_tok_per_s": decode}, **axes),
-    ]
+        bench("decode", cell, {**shared, "decode_tok_per_s": decode,
+                               "kv_measured_final_bytes": 66 * KIB}, **axes),
+        bench("generate", cell, {**shared, "kv_measured_final_bytes": 96 * KIB}, **axes),
+    ]  # fmt: skip
 
 
 def tp_cell(tp, prefill, decode, *, cell=CELL, slowest=None, peaks=None, **axes):
@@ -75,8 +79,11 @@ def tp_cell(tp, prefill, decode, *, cell=CELL, slowest=None, peaks=None, **axes)
         "tp_allreduce_bytes_per_step_estimate": 2 * (tp - 1) * 4 * KIB // tp,
     }
     return [
+        # A prefill record's estimate is per prefill forward (B x P tokens), not per step.
         bench("prefill", cell, {**shared, "prefill_tok_per_s": prefill,
-                                "tp_slowest_rank_counts": prefill_slowest}, tp=tp, **axes),
+                                "tp_slowest_rank_counts": prefill_slowest,
+                                "tp_allreduce_bytes_per_step_estimate": 24 * 2 * (tp - 1) * 4
+                                * KIB // tp}, tp=tp, **axes),
         bench("decode", cell, {**shared, "decode_tok_per_s": decode,
                                "tp_slowest_rank_counts": decode_slowest}, tp=tp, **axes),
     ]  # fmt: skip
