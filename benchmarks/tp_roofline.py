@@ -36,7 +36,7 @@ from benchmarks.harness.roofline.flops import (
     prefill_flops,
 )
 from benchmarks.harness.roofline.peaks import Peaks
-from benchmarks.harness.roofline.roofline import achieved_fraction
+from benchmarks.harness.roofline.roofline import achieved_fraction, bandwidth_fraction
 
 PER_DEVICE = "per device: the busiest rank's rate against one device's peak"
 SHARED_HOST = "shared host: the ranks' summed rate against the host's peak (one CPU serves all)"
@@ -121,15 +121,12 @@ def tp_roofline_fields(
     )
     fields["tp_decode_rank_flop"] = flop
     fields["tp_decode_rank_bytes"] = moved
-    rate = (sum(moved) if shared else max(moved)) / median_s
-    if peaks.cache_bytes is not None and sum(moved) <= peaks.cache_bytes:
-        fields["tp_decode_pct_of_peak_bandwidth"] = None
-        fields["tp_roofline_note"] = (
-            f"the ranks move {sum(moved)} bytes per step, within the {peaks.cache_bytes}-byte "
-            "last-level cache: no DRAM bandwidth roofline"
-        )
-    else:
-        fields["tp_decode_pct_of_peak_bandwidth"] = achieved_fraction(
-            rate, peaks.bandwidth_bytes_per_s, what="tensor-parallel decode bytes/s"
-        )
+    # One memory serves what is compared: the host's all ranks, a GPU's its own rank.
+    served = sum(moved) if shared else max(moved)
+    mover = "the ranks move" if shared else "the busiest rank moves"
+    pct, note = bandwidth_fraction(
+        served, served / median_s, peaks, mover=mover, what="tensor-parallel decode bytes/s"
+    )
+    fields["tp_decode_pct_of_peak_bandwidth"] = pct
+    fields["tp_roofline_note"] = note
     return fields

@@ -37,6 +37,15 @@ RUN_MODE_AXES = tuple(RUN_MODE_VALUES)
 TP_VALUES = (1, 2, 4, 8)
 
 
+def _add_once(checked: list[Any], value: Any, where: str) -> None:
+    """Append `value`; a value listed twice would make duplicate cell ids."""
+    if value in checked:
+        raise MatrixError(
+            f"{where}: {value!r} is listed twice, which would make duplicate cell ids; remove one"
+        )
+    checked.append(value)
+
+
 def tp_axis(raw: Any, where: str) -> list[int]:
     """Validate the `tp` axis (a value or a list of values); MatrixError names the fix."""
     values = raw if isinstance(raw, list) else [raw]
@@ -51,12 +60,7 @@ def tp_axis(raw: Any, where: str) -> list[int]:
                 f"{where}[{index}]: tp {value!r} is not valid; use one of {allowed} "
                 "(ranks, one per device)"
             )
-        if value in checked:
-            raise MatrixError(
-                f"{where}[{index}]: {value!r} is listed twice, which would make duplicate cell "
-                "ids; remove one"
-            )
-        checked.append(value)
+        _add_once(checked, value, f"{where}[{index}]")
     return checked
 
 
@@ -74,10 +78,5 @@ def run_mode_axis(raw: Any, axis: str, where: str) -> list[str]:
             raise MatrixError(
                 f"{where}[{index}]: unknown {axis} {value!r}{hint}; use one of {', '.join(allowed)}"
             )
-        if value in checked:
-            raise MatrixError(
-                f"{where}[{index}]: {value!r} is listed twice, which would make duplicate cell "
-                "ids; remove one"
-            )
-        checked.append(value)
+        _add_once(checked, value, f"{where}[{index}]")
     return checked

@@ -91,6 +91,20 @@ def achieved_fraction(achieved: float, peak: float | None, *, what: str) -> floa
     return pct
 
 
+def bandwidth_fraction(
+    moved_bytes: int, rate_bytes_per_s: float, peaks: Peaks, *, mover: str, what: str
+) -> tuple[float | None, str | None]:
+    """% of the peak bandwidth of a step that moves `moved_bytes` through one device's memory, or
+    (None, why) when they fit in its last-level cache: a DRAM roofline does not apply there.
+    `mover` starts the note ("decode moves"), `what` names the rate in a `RooflineError`."""
+    if peaks.cache_bytes is not None and moved_bytes <= peaks.cache_bytes:
+        return None, (
+            f"{mover} {moved_bytes} bytes per step, within the {peaks.cache_bytes}-byte "
+            "last-level cache: no DRAM bandwidth roofline"
+        )
+    return achieved_fraction(rate_bytes_per_s, peaks.bandwidth_bytes_per_s, what=what), None
+
+
 def roofline_extra_info(
     model: nn.Module,
     *,
@@ -162,15 +176,12 @@ def roofline_extra_info(
             fields["decode_flop"] = step_flops
             fields["decode_bytes"] = moved
             fields["decode_bytes_per_s"] = rate
-            if peaks.cache_bytes is not None and moved <= peaks.cache_bytes:
-                fields["roofline_note"] = (
-                    f"decode moves {moved} bytes per step, within the {peaks.cache_bytes}-byte "
-                    "last-level cache: no DRAM bandwidth roofline"
-                )
-            else:
-                fields["decode_pct_of_peak_bandwidth"] = achieved_fraction(
-                    rate, peaks.bandwidth_bytes_per_s, what="decode bytes/s"
-                )
+            pct, note = bandwidth_fraction(
+                moved, rate, peaks, mover="decode moves", what="decode bytes/s"
+            )
+            fields["decode_pct_of_peak_bandwidth"] = pct
+            if note is not None:
+                fields["roofline_note"] = note
     except UnsupportedArchitectureError as unsupported:
         fields["roofline_note"] = str(unsupported)
     return fields
