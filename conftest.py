@@ -65,8 +65,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="write a torch.profiler trace per generate cell into DIR; timings are then "
         "not saved to history (the profiler distorts them)",
     )
-    # Noise control (docs/measurement.md). Values are parsed and checked in benchmarks/configure.py
-    # so that a bad one is a one-line usage error naming the option, not argparse's usage dump.
+    # Noise control (docs/measurement.md). Values are parsed and checked in
+    # benchmarks/suite/configure.py so that a bad one is a one-line usage error naming the option,
+    # not argparse's usage dump.
     group.addoption(
         "--threads",
         metavar="N",
@@ -100,7 +101,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=str(STABLE_MAX),
         help=f"with --warmup-until-stable: the most warmup generations (default {STABLE_MAX})",
     )
-    # H4 (issue 12): the skip itself is in benchmarks/collect.py `_skip_reason`.
+    # H4 (issue 12): the skip itself is in benchmarks/suite/collect.py `_skip_reason`.
     group.addoption(
         "--allow-slow-dtypes",
         action="store_true",
@@ -165,7 +166,7 @@ def pytest_benchmark_update_machine_info(
     )
     from benchmarks.harness.device.noise import cpu_thread_state  # noqa: PLC0415
     from benchmarks.harness.roofline.dtypespeed import slow_dtypes  # noqa: PLC0415
-    from benchmarks.suite import ACCELERATOR, MATRIX  # noqa: PLC0415
+    from benchmarks.suite.rounds import ACCELERATOR, MATRIX  # noqa: PLC0415
 
     accelerator = config.stash.get(ACCELERATOR, None)
     # H4: a run without an accelerator cell is fingerprinted as the CPU, even on a GPU box.

@@ -3,12 +3,12 @@
 pytest finds hooks and fixtures among this module's names, so the parts kept in their own
 modules are imported here (and only here), which registers them:
 
-* `benchmarks.configure`: `pytest_configure` (matrix, shard, `--threads`, until-stable options,
-  history defaults) and `pytest_report_header`;
-* `benchmarks.collect`: `pytest_generate_tests` (cells -> parametrized tests, skips with their
+* `benchmarks.suite.configure`: `pytest_configure` (matrix, shard, `--threads`, until-stable
+  options, history defaults) and `pytest_report_header`;
+* `benchmarks.suite.collect`: `pytest_generate_tests` (cells -> parametrized tests, skips with their
   reason) and `pytest_collection_modifyitems` (shard deselection, build order);
-* `benchmarks.fixtures_warmup`: `warmed` (the cell's untimed warmup, fixed or until stable);
-* `benchmarks.fixtures_peaks`: `peaks` and `remeasure_peaks` (roofline percentages), and
+* `benchmarks.suite.warmup`: `warmed` (the cell's untimed warmup, fixed or until stable);
+* `benchmarks.suite.peaks`: `peaks` and `remeasure_peaks` (roofline percentages), and
   `peaks_before_build`, which `loaded` waits for: a device's peaks are measured before any
   model of that device and dtype is built, so no timed round follows the measurement's burst.
 
@@ -32,15 +32,6 @@ import pytest
 import torch
 
 from benchmarks.calibration import slowdown as calibration
-from benchmarks.collect import pytest_collection_modifyitems, pytest_generate_tests
-from benchmarks.configure import (
-    PARTIAL,
-    models_dir_option,
-    pytest_configure,
-    pytest_report_header,
-)
-from benchmarks.fixtures_peaks import peaks, peaks_before_build, remeasure_peaks
-from benchmarks.fixtures_warmup import warmed
 from benchmarks.harness.device.cpustate import OthersCpuMeter
 from benchmarks.harness.device.devices import device_unavailable_reason, resolve_device, sync_name
 from benchmarks.harness.device.fingerprint import mps_fallback_refusal
@@ -52,9 +43,18 @@ from benchmarks.harness.engine import make_prompt
 from benchmarks.harness.matrix.cells import Cell
 from benchmarks.harness.modelcache import Loaded, ModelCache
 from benchmarks.harness.runmode.decide import configure_engine
-from benchmarks.partial import mark_partial
-from benchmarks.suite import MATRIX, THREADS, CellRun, Progress, Warmup
-from benchmarks.tp_cells import tp_run
+from benchmarks.suite.collect import pytest_collection_modifyitems, pytest_generate_tests
+from benchmarks.suite.configure import (
+    PARTIAL,
+    models_dir_option,
+    pytest_configure,
+    pytest_report_header,
+)
+from benchmarks.suite.partial import mark_partial
+from benchmarks.suite.peaks import peaks, peaks_before_build, remeasure_peaks
+from benchmarks.suite.rounds import MATRIX, THREADS, CellRun, Progress, Warmup
+from benchmarks.suite.tp.cells import tp_run
+from benchmarks.suite.warmup import warmed
 
 # Hooks and fixtures defined in the modules above: importing them here is what registers them.
 __all__ = [

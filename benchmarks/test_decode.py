@@ -3,7 +3,7 @@
 Before the rounds, one untimed prefill builds the prompt's cache and the engine snapshots it
 (on the host when the device is an accelerator, so no spare cache sits in device memory).
 Each round's untimed `setup` drops the previous round's cache and restores a fresh cache of
-exactly P positions from the snapshot (`benchmarks.suite.Rounds`), so every round times the
+exactly P positions from the snapshot (`benchmarks.suite.rounds.Rounds`), so every round times the
 same step: `Engine.decode_step`, one forward of `[B, 1]` token ids with the cache, plus the
 greedy argmax, and its memory peak is its own. The synchronizing benchmark timer brackets it.
 
@@ -20,7 +20,6 @@ from typing import Any
 
 import torch
 
-from benchmarks.cell_roofline import cell_roofline
 from benchmarks.harness.cache.kv import kv_bytes_per_token
 from benchmarks.harness.cache.measure import measure_kv
 from benchmarks.harness.cache.state import state_fields, state_mismatch
@@ -34,7 +33,8 @@ from benchmarks.harness.runmode.kvlayout import (
     static_fields,
     static_fields_mismatch,
 )
-from benchmarks.suite import (
+from benchmarks.suite.roofline import cell_roofline
+from benchmarks.suite.rounds import (
     CellRun,
     Progress,
     Rounds,
@@ -43,11 +43,11 @@ from benchmarks.suite import (
     rounds_text,
     start_record,
 )
-from benchmarks.tp_cells import TPRun
-from benchmarks.tp_record import tp_measurement
+from benchmarks.suite.tp.cells import TPRun
+from benchmarks.suite.tp.record import tp_measurement
 
 MEASUREMENT = "decode"
-# Tensor-parallel cells are this test's, not `test_decode`'s (`benchmarks/collect.py`).
+# Tensor-parallel cells are this test's, not `test_decode`'s (`benchmarks/suite/collect.py`).
 TP_TEST = "test_decode_tp"
 
 

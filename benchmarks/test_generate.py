@@ -5,7 +5,7 @@ host prompt: per token the forward, the argmax, the syncs around the model-side 
 token's copy to the host, nothing else. The benchmark statistic, `e2e_s`, `ttft_s`, `tpot_s`
 and the ITL gaps are that client's view. Each round's untimed `setup` drops the previous
 round's result (its cache) first and resets the memory peak; the round's peak is read in the
-next setup (`benchmarks.suite.Rounds`), so the timed path reads no counter.
+next setup (`benchmarks.suite.rounds.Rounds`), so the timed path reads no counter.
 
 After the rounds, one untimed **asserting pass** (`Engine.generate`, the same loop with KV
 bytes, memory counters and CPU time recorded at every phase boundary) gives the KV bytes after
@@ -46,7 +46,7 @@ from benchmarks.harness.runmode.kvlayout import (
     static_fields,
     static_fields_mismatch,
 )
-from benchmarks.suite import (
+from benchmarks.suite.rounds import (
     CellRun,
     Rounds,
     max_or_none,

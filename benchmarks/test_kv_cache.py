@@ -19,7 +19,7 @@ from benchmarks.harness.cache.measure import measure_kv
 from benchmarks.harness.cache.state import state_fields, state_mismatch
 from benchmarks.harness.records import KVCheck
 from benchmarks.harness.runmode.kvlayout import analytic_layout, static_check
-from benchmarks.suite import CellRun
+from benchmarks.suite.rounds import CellRun
 
 
 def test_kv_cache(run: CellRun) -> None:

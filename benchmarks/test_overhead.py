@@ -25,7 +25,7 @@ import torch
 
 from benchmarks.harness.overhead import BareLoop, measure_overhead
 from benchmarks.harness.records import median
-from benchmarks.suite import CellRun, Rounds, round_times, start_record
+from benchmarks.suite.rounds import CellRun, Rounds, round_times, start_record
 
 MEASUREMENT = "overhead"
 # The harness's overhead is a property of the model and device, not of P, N or B: once per

@@ -4,9 +4,9 @@ Timed region (the synchronizing benchmark timer brackets it): `Engine.prefill_fo
 what `prefill_s` names: one forward with `use_cache=True` and last-position logits on prompt ids
 already on the device, plus the greedy argmax. Each round's untimed `setup` drops the previous
 round's cache, copies the host prompt to the device and makes the start cache
-(`Engine.start_cache_for`: a static cell's reset in place) (`benchmarks.suite.Rounds`), so rounds
-never stack caches and each round's memory peak is its own. The client-observed time to first
-token (H2D, D2H included) is `test_generate`'s `ttft_s`, measured over its rounds.
+(`Engine.start_cache_for`: a static cell's reset in place) (`benchmarks.suite.rounds.Rounds`),
+so rounds never stack caches and each round's memory peak is its own. The client-observed time
+to first token (H2D, D2H included) is `test_generate`'s `ttft_s`, measured over its rounds.
 
 Recorded: the benchmark statistic; `prefill_s`, the median of those same rounds;
 `prefill_tok_per_s` = B * P / prefill_s; KV bytes of the prompt's cache, analytic and measured,
@@ -24,7 +24,6 @@ from typing import Any
 
 import torch
 
-from benchmarks.cell_roofline import cell_roofline
 from benchmarks.harness.cache.kv import kv_bytes_per_token
 from benchmarks.harness.cache.measure import measure_kv
 from benchmarks.harness.cache.state import state_fields, state_mismatch
@@ -39,7 +38,8 @@ from benchmarks.harness.runmode.kvlayout import (
     static_fields,
     static_fields_mismatch,
 )
-from benchmarks.suite import (
+from benchmarks.suite.roofline import cell_roofline
+from benchmarks.suite.rounds import (
     CellRun,
     Progress,
     Rounds,
@@ -48,11 +48,12 @@ from benchmarks.suite import (
     rounds_text,
     start_record,
 )
-from benchmarks.tp_cells import TPRun
-from benchmarks.tp_record import tp_measurement
+from benchmarks.suite.tp.cells import TPRun
+from benchmarks.suite.tp.record import tp_measurement
 
 MEASUREMENT = "prefill"
-# Tensor-parallel cells are this test's, not `test_prefill_forward`'s (`benchmarks/collect.py`).
+# Tensor-parallel cells are this test's, not `test_prefill_forward`'s
+# (`benchmarks/suite/collect.py`).
 TP_TEST = "test_prefill_forward_tp"
 
 
@@ -117,5 +118,5 @@ def test_prefill_forward_tp(
     cell: Cell, tp_run: TPRun, progress: Progress, peaks: Peaks, benchmark: Any
 ) -> None:
     """A tensor-parallel cell's prefill forward: the ranks' own rounds (each the max over ranks)
-    from the cell's one torchrun, replayed into the record (`benchmarks/tp_record.py`)."""
+    from the cell's one torchrun, replayed into the record (`benchmarks/suite/tp/record.py`)."""
     tp_measurement(benchmark, cell, tp_run, MEASUREMENT, progress, peaks=peaks)

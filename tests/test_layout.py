@@ -53,7 +53,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("benchmarks.harness.__main__",),
     ("benchmarks.ab",),
     ("benchmarks.calibration",),
-    ("benchmarks",),  # the suite: suite.py, conftest.py, the fixtures and test modules
+    ("benchmarks.suite",),  # the suite's pytest glue: rounds, collection, fixtures, tp cells
+    ("benchmarks",),  # the suite: conftest.py and the test modules
 )
 # (importer prefix, imported prefix, why)
 FORBIDDEN: tuple[tuple[str, str, str], ...] = (

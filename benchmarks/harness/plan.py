@@ -72,7 +72,7 @@ def skip_reason(cell: Cell, models_dir: Path | None = None) -> str | None:
     if reason is None:
         reason = run_mode_skip_reason(cell, directory)
     # A tp > 1 cell spreads its model over its ranks: the whole model against one device would
-    # skip every model TP is for. Its per-rank fit is the suite's (`benchmarks/tp_cells.py`).
+    # skip every model TP is for. Its per-rank fit is the suite's (`benchmarks/suite/tp/cells.py`).
     if reason is None and cell.tp_size == 1:
         reason = memory_fit_reason(cell, directory)
     return reason

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import torch
 
-from benchmarks import fixtures_peaks
-from benchmarks.configure import PEAKS
-from benchmarks.fixtures_peaks import device_peaks
 from benchmarks.harness.matrix.cells import Cell
 from benchmarks.harness.roofline.peaks import Peaks
+from benchmarks.suite import peaks as fixtures_peaks
+from benchmarks.suite.configure import PEAKS
+from benchmarks.suite.peaks import device_peaks
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,7 +31,8 @@ PLUGIN = '''
 import json
 import os
 
-from benchmarks import fixtures_peaks, suite
+from benchmarks.suite import peaks as fixtures_peaks
+from benchmarks.suite import rounds as suite
 from benchmarks.harness import modelcache
 from benchmarks.harness.engine import Engine
 from benchmarks.harness.roofline.peaks import Peaks

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.cell_roofline import roofline_confirmed
 from benchmarks.harness.roofline.peaks import Peaks
 from benchmarks.harness.roofline.roofline import RooflineError
+from benchmarks.suite.roofline import roofline_confirmed
 
 MEASURED = Peaks(1e11, 5e10, "measured:copy/matmul", "float32")
 TABLE = Peaks(1e11, 5e10, "table:H100 SXM (NVIDIA datasheet)", "bfloat16")

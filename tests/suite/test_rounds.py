@@ -1,4 +1,4 @@
-"""Spec of `benchmarks.suite.Rounds`: a timed round's memory peak is its own.
+"""Spec of `benchmarks.suite.rounds.Rounds`: a timed round's memory peak is its own.
 
 A fake allocator tracks "device" blocks by Python lifetime (a block is freed when the last
 reference to it goes), so whatever the harness keeps alive shows in the peak exactly as it would
@@ -17,7 +17,7 @@ import pytest
 
 from benchmarks.harness.device import devices, memory
 from benchmarks.harness.device.memory import MemoryMonitor
-from benchmarks.suite import Rounds, memory_fields
+from benchmarks.suite.rounds import Rounds, memory_fields
 
 WEIGHTS = 10_000
 LAYERS = 3

@@ -17,7 +17,7 @@ import pytest
 
 from benchmarks.harness.device import devstate
 from benchmarks.harness.device.energy import EnergyUnavailable
-from benchmarks.suite import Rounds
+from benchmarks.suite.rounds import Rounds
 from tests.suite.test_rounds import FakeBenchmark
 
 CALL_S = 0.01

@@ -1,4 +1,4 @@
-"""Spec of the process state around `benchmarks.suite.Rounds`' timed rounds.
+"""Spec of the process state around `benchmarks.suite.rounds.Rounds`' timed rounds.
 
 Each benchmark's rounds run in the pinned floating-point state (FTZ/DAZ off) whatever ran before,
 record what they ran with and how busy the rest of the machine was, and leave the pinned state
@@ -15,7 +15,7 @@ import torch
 
 from benchmarks.harness.device import cpustate
 from benchmarks.harness.device.fpstate import FpState, read_fp_state
-from benchmarks.suite import Rounds
+from benchmarks.suite.rounds import Rounds
 from tests.suite.test_rounds import FakeBenchmark
 
 OFF = FpState(flush_to_zero=False, denormals_are_zero=False)

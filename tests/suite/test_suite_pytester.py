@@ -378,7 +378,7 @@ def test_profile_writes_a_trace_per_generate_cell_and_saves_no_history(pytester)
 
 
 def test_min_timed_s_times_more_rounds_than_the_floor_and_records_both(pytester):
-    from benchmarks.suite import timed_rounds  # noqa: PLC0415 - the rule under test
+    from benchmarks.suite.rounds import timed_rounds  # noqa: PLC0415 - the rule under test
 
     # tiny-llama's rounds take milliseconds: half a second of them is far more than 2 rounds.
     body = ONE.replace("rounds: 1", "rounds: 2\nmin_timed_s: 1")

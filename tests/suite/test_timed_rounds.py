@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from benchmarks import suite
-from benchmarks.suite import MAX_TIMED_ROUNDS, Rounds, timed_rounds
+from benchmarks.suite import rounds as suite
+from benchmarks.suite.rounds import MAX_TIMED_ROUNDS, Rounds, timed_rounds
 
 
 @pytest.mark.parametrize(

@@ -11,11 +11,11 @@ import json
 import pytest
 import transformers
 
-from benchmarks import tp_cells
 from benchmarks.harness.device.freemem import FreeMemory
 from benchmarks.harness.matrix.cells import Cell
 from benchmarks.harness.tp.skips import too_old_reason, tp_loading
-from benchmarks.tp_cells import (
+from benchmarks.suite.tp import cells as tp_cells
+from benchmarks.suite.tp.cells import (
     accelerate_reason,
     injected_failure,
     measurement_reason,
@@ -23,7 +23,7 @@ from benchmarks.tp_cells import (
     save_fit_reason,
     tp_cell_reason,
 )
-from benchmarks.tp_record import ReplayTimer, allreduce_bytes_estimate, slowest_rank_counts
+from benchmarks.suite.tp.record import ReplayTimer, allreduce_bytes_estimate, slowest_rank_counts
 
 pytest_plugins = ["pytester"]
 LOADS_TP = tp_loading() is not None
@@ -136,9 +136,9 @@ def test_the_injected_failure_is_parsed_or_refused():
 FAKE_TEST = """
 from benchmarks.harness.matrix.cells import Cell
 from benchmarks.harness.tp.launch import LaunchResult
-from benchmarks.tp_cells import TPRun
+from benchmarks.suite.tp.cells import TPRun
 from benchmarks.harness.roofline.peaks import Peaks
-from benchmarks.tp_record import tp_measurement
+from benchmarks.suite.tp.record import tp_measurement
 import transformers
 
 DECODE = [0.25, 0.125, 0.5 + 1e-12]

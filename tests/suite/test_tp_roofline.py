@@ -1,4 +1,4 @@
-"""A tensor-parallel cell's per-rank roofline (`benchmarks/tp_roofline.py`): FLOPs per rank
+"""A tensor-parallel cell's per-rank roofline (`benchmarks/suite/tp/roofline.py`): FLOPs per rank
 from the single-device count and the applied plan, decode bytes per rank, and which peak
 judges them (one device's on CUDA, the host's for the ranks' sum on a CPU)."""
 
@@ -10,7 +10,7 @@ import transformers
 from benchmarks.harness.roofline.flops import decode_step_flops, prefill_flops
 from benchmarks.harness.roofline.peaks import Peaks
 from benchmarks.harness.roofline.roofline import RooflineError
-from benchmarks.tp_roofline import (
+from benchmarks.suite.tp.roofline import (
     PER_DEVICE,
     SHARED_HOST,
     decode_rank_bytes,

@@ -1,5 +1,5 @@
-"""Spec of `python -m benchmarks.vs_optimum`: optimum-benchmark's per-token timing, reimplemented,
-and the one-command comparison on a saved checkpoint (tiny model here)."""
+"""Spec of `python -m benchmarks.suite.vs_optimum`: optimum-benchmark's per-token timing,
+reimplemented, and the one-command comparison on a saved checkpoint (tiny model here)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from benchmarks import vs_optimum
+from benchmarks.suite import vs_optimum
 from tests.engine_fakes import VOCAB, tiny_model
 
 

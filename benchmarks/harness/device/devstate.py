@@ -1,7 +1,7 @@
 """The device's state and energy around one benchmark's timed rounds, as extra_info fields.
 
 `RoundsMeter(device)` is started just before a benchmark's timed rounds and stopped just after
-them (`benchmarks.suite.Rounds`); nothing is read inside the rounds, so the timed path is
+them (`benchmarks.suite.rounds.Rounds`); nothing is read inside the rounds, so the timed path is
 untouched. It records:
 
 * **GPU state** (CUDA, through NVML, `nvml.py`): throttle time, clocks and power *during* the

@@ -8,12 +8,8 @@ injectable reader) and `gpuchecks` (judging those readings), `mps` (the CPU-fall
 low-power mode, power source, thermal limit), `timing` (timer resolution, synced vs unsynced),
 `peakcheck` (measured peaks against the datasheet), `report` (lines and JSON) and `run` (the
 verb). It reads the machine and never changes it: every fix is printed, none is applied.
-`--self-check` adds the first-contact probes: `selfcheck` (one process per probe, the verdict),
-`selfcheck_compile` (graph breaks and launches per compiled step), `selfcheck_graphs` (CUDA
-graphs over two cells), `selfcheck_gpu` (energy counter period, throttle time under load),
-`selfcheck_peak` (% of peak on a matrix's biggest cell), `selfcheck_model` (tokens against
-`generate`, FA2 against sdpa), `selfcheck_versions` (the compile probe on other transformers
-versions, in overlay environments); they build models and run the engine the suite runs.
+`--self-check` adds the first-contact probes, the `selfcheck/` package (its docstring lists
+them); they build models and run the engine the suite runs.
 
 May import: benchmarks.harness.errors, benchmarks.harness.records, benchmarks.harness.device,
 benchmarks.harness.model, benchmarks.harness.matrix, benchmarks.harness.roofline,

@@ -8,7 +8,7 @@ measured peaks against the datasheet. The CPU load is sampled first, before the 
 work; NVML is read before the doctor's kernels, so the idle clock and the process list are the
 machine's own. A check that crashes is reported as `bad` (the doctor cannot vouch for what it
 could not check) and the rest still run. `--self-check` then runs the first-contact probes
-(`selfcheck.py`), one process each, printing each probe's lines as it finishes; their `bad`
+(`selfcheck/`), one process each, printing each probe's lines as it finishes; their `bad`
 findings count like the others.
 
 Exit 0: fit; 1: a `bad` finding; 2: bad input (an unknown device, or one this machine lacks),
@@ -38,12 +38,12 @@ from benchmarks.harness.doctor import (
     load,
     mps,
     peakcheck,
-    selfcheck,
     timing,
 )
 from benchmarks.harness.doctor.findings import Finding, exit_status, ok
 from benchmarks.harness.doctor.gpu import GpuProbe, NvmlProbe, NvmlUnavailableError
 from benchmarks.harness.doctor.report import format_finding, summary_line, to_json, write_json
+from benchmarks.harness.doctor.selfcheck import run as selfcheck
 from benchmarks.harness.errors import DeviceError
 
 ProbeFactory = Callable[[int], GpuProbe]
@@ -79,7 +79,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="V[,V]",
         help="--self-check: the compiled-step probe again on these transformers versions, each "
-        "in an overlay environment made once (selfcheck_versions.py; needs PyPI)",
+        "in an overlay environment made once (selfcheck/versions.py; needs PyPI)",
     )
     parser.add_argument(
         "--probe-model",

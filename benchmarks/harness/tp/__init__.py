@@ -7,7 +7,7 @@ the max over ranks), `worker` and `rank` (one torchrun rank: load, assert bytes,
 write its JSON), `files` (the rank records and stack dumps, written whole) and `launch` (the
 parent: the saved random model, torchrun as a child process group with a timeout, no orphan
 left, the failure reason). The suite runs them for the matrix's `tp` axis
-(`benchmarks/tp_cells.py`, `benchmarks/tp_record.py`): docs/tensor-parallel.md.
+(`benchmarks/suite/tp/cells.py`, `benchmarks/suite/tp/record.py`): docs/tensor-parallel.md.
 
 May import: benchmarks.harness.errors, benchmarks.harness.device, benchmarks.harness.model,
 benchmarks.harness.cache, benchmarks.harness.roofline, benchmarks.harness.engine, torch,

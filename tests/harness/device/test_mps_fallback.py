@@ -14,7 +14,7 @@ from benchmarks.harness.device.fingerprint import (
     mps_fallback_state,
     stack,
 )
-from benchmarks.suite import MATRIX
+from benchmarks.suite.rounds import MATRIX
 
 
 def test_an_mps_run_with_the_fallback_on_is_refused_naming_the_variable_and_the_opt_in():

@@ -11,7 +11,7 @@ import torch
 import torch._dynamo
 import transformers
 
-from benchmarks.harness.doctor import selfcheck_compile as sc
+from benchmarks.harness.doctor.selfcheck import compile as sc
 from benchmarks.harness.model import compat
 from benchmarks.harness.model.models import build_model
 

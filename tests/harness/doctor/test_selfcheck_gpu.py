@@ -13,8 +13,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from benchmarks.harness.doctor import selfcheck_gpu as sg
 from benchmarks.harness.doctor.gpu import NvmlUnavailableError
+from benchmarks.harness.doctor.selfcheck import gpu as sg
 
 CUDA = torch.device("cuda", 0)
 

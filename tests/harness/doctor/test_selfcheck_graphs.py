@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from benchmarks.harness.doctor import selfcheck_graphs as sgr
+from benchmarks.harness.doctor.selfcheck import graphs as sgr
 from benchmarks.harness.engine import Engine
 from benchmarks.harness.model.models import build_model, load_model_spec
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.harness.doctor import selfcheck_model as sm
+from benchmarks.harness.doctor.selfcheck import model as sm
 from benchmarks.harness.model.models import build_model
 
 CPU = torch.device("cpu")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks.harness.doctor import selfcheck_peak as sp
+from benchmarks.harness.doctor.selfcheck import peak as sp
 from benchmarks.harness.matrix.parse import load_matrix
 from benchmarks.harness.roofline.peaks import Peaks
 

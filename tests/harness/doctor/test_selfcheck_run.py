@@ -13,9 +13,10 @@ import torch
 import yaml
 
 from benchmarks.harness import cli
-from benchmarks.harness.doctor import run, selfcheck
+from benchmarks.harness.doctor import run
 from benchmarks.harness.doctor.findings import Finding, ok, skip
-from benchmarks.harness.doctor.selfcheck import Probe, SelfCheckRequest
+from benchmarks.harness.doctor.selfcheck import run as selfcheck
+from benchmarks.harness.doctor.selfcheck.run import Probe, SelfCheckRequest
 
 LINE = re.compile(r"^(OK|WARN|BAD|SKIP) +[a-z_]+\.[a-z_]+: .+ \| do: .+$")
 CPU = torch.device("cpu")

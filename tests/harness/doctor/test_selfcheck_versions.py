@@ -14,9 +14,10 @@ import pytest
 import torch
 
 from benchmarks.harness import cli
-from benchmarks.harness.doctor import run, selfcheck
-from benchmarks.harness.doctor import selfcheck_versions as versions
+from benchmarks.harness.doctor import run
 from benchmarks.harness.doctor.findings import ok
+from benchmarks.harness.doctor.selfcheck import run as selfcheck
+from benchmarks.harness.doctor.selfcheck import versions
 from benchmarks.harness.errors import MatrixError
 
 CPU = torch.device("cpu")

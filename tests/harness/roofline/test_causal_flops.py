@@ -20,9 +20,6 @@ from torch.overrides import TorchFunctionMode
 from transformers import AutoConfig, AutoModelForCausalLM
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
-from benchmarks import fixtures_peaks
-from benchmarks.cell_roofline import roofline_confirmed
-from benchmarks.configure import PEAKS
 from benchmarks.harness.matrix.cells import Cell
 from benchmarks.harness.model import compat
 from benchmarks.harness.roofline import peakmeasure
@@ -39,7 +36,10 @@ from benchmarks.harness.roofline.flops import (
 from benchmarks.harness.roofline.peakmeasure import CUDA_SHAPES, MAX_PEAK_TOKENS, MeasurePolicy
 from benchmarks.harness.roofline.peaks import MEASURED_SOURCE, PeakRequest, Peaks, resolve_peaks
 from benchmarks.harness.roofline.roofline import RooflineError, roofline_extra_info
-from benchmarks.suite import MATRIX
+from benchmarks.suite import peaks as fixtures_peaks
+from benchmarks.suite.configure import PEAKS
+from benchmarks.suite.roofline import roofline_confirmed
+from benchmarks.suite.rounds import MATRIX
 
 CPU = torch.device("cpu")
 CUDA = torch.device("cuda", 0)

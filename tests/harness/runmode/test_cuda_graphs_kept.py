@@ -12,7 +12,7 @@ from torch._dynamo.utils import counters
 from torch._inductor.cudagraph_utils import log_cudagraph_skip_and_bump_counter
 
 from benchmarks.harness.runmode.compiled import CudaGraphsSkippedError, cuda_graphs_kept
-from benchmarks.suite import Rounds
+from benchmarks.suite.rounds import Rounds
 from tests.suite.test_rounds import FakeBenchmark
 
 

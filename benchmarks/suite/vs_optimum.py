@@ -1,6 +1,6 @@
 """Our client-observed `ttft_s` / `tpot_s` against optimum-benchmark's prefill / per-token latency.
 
-`python -m benchmarks.vs_optimum [--model smollm2-135m] [--dtypes float32 bfloat16]
+`python -m benchmarks.suite.vs_optimum [--model smollm2-135m] [--dtypes float32 bfloat16]
 [--prompt-len 256] [--new-tokens 32] [--runs 9] [--threads N] [--checkpoint DIR] [--json FILE]`
 
 One interpreter, one checkpoint: the model file's architecture is built once with random
@@ -190,7 +190,9 @@ def save_checkpoint(model_name: str, folder: Path) -> ModelSpec:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.vs_optimum", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.suite.vs_optimum", description=__doc__
+    )
     parser.add_argument("--model", default="smollm2-135m", help="a file of matrix/models/")
     parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"], choices=DTYPES)
     parser.add_argument("--device", default="cpu")

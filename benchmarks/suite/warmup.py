@@ -15,14 +15,14 @@ from dataclasses import replace
 import pytest
 import torch
 
-from benchmarks.configure import STABLE, stable_policy_label
 from benchmarks.harness.device.devices import device_sync
 from benchmarks.harness.device.fpstate import pin_fp_state
 from benchmarks.harness.device.noise import thermal_state, warmup_until_stable
 from benchmarks.harness.matrix.cells import Cell
 from benchmarks.harness.modelcache import Loaded
 from benchmarks.harness.runmode.compiled import cuda_graphs_kept, first_calls
-from benchmarks.suite import Progress, Warmup
+from benchmarks.suite.configure import STABLE, stable_policy_label
+from benchmarks.suite.rounds import Progress, Warmup
 
 WARMUPS = pytest.StashKey["dict[str, Warmup]"]()
 

@@ -1,7 +1,8 @@
 """The run so far as a history file marked partial, so a killed run keeps the cells it finished.
 
-Registered by `benchmarks/configure.py` (written after every test) and `benchmarks/conftest.py`
-(the complete run's file is never marked). Deliberately not here: the timed rounds (`suite`).
+Registered by `benchmarks/suite/configure.py` (written after every test) and
+`benchmarks/conftest.py` (the complete run's file is never marked). Deliberately not here: the
+timed rounds (`rounds`).
 """
 
 from __future__ import annotations

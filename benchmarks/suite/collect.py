@@ -9,7 +9,7 @@
   each model is built once per run and released before the next is built.
 
 Registered by `benchmarks/conftest.py`, which imports the hooks. Deliberately not here: loading
-the matrix (`benchmarks.configure`), building or measuring anything.
+the matrix (`benchmarks.suite.configure`), building or measuring anything.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.configure import SHARD_IDS, models_dir_option
 from benchmarks.harness.device.synctimer import synced_perf_counter
 from benchmarks.harness.errors import PhasebenchError
 from benchmarks.harness.matrix.cells import Cell, Matrix
@@ -27,8 +26,9 @@ from benchmarks.harness.model.models import MODELS_DIR, load_model_spec
 from benchmarks.harness.plan import build_order, skip_reason
 from benchmarks.harness.roofline.dtypespeed import slow_dtype_reason
 from benchmarks.harness.runmode.decide import measurement_skip_reason
-from benchmarks.suite import MATRIX
-from benchmarks.tp_cells import measurement_reason, tp_cell_reason
+from benchmarks.suite.configure import SHARD_IDS, models_dir_option
+from benchmarks.suite.rounds import MATRIX
+from benchmarks.suite.tp.cells import measurement_reason, tp_cell_reason
 
 MODULE_ORDER = {
     "test_prefill": 0,

@@ -28,7 +28,7 @@ import torch._dynamo
 
 from benchmarks.harness.device.devices import device_sync
 from benchmarks.harness.doctor.findings import Finding, JsonValue, ok, skip
-from benchmarks.harness.doctor.selfcheck_compile import compile_probe_dtype
+from benchmarks.harness.doctor.selfcheck.compile import compile_probe_dtype
 from benchmarks.harness.engine import Engine, make_prompt
 from benchmarks.harness.matrix.cells import Cell
 from benchmarks.harness.model.models import load_model_spec

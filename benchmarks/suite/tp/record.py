@@ -24,9 +24,9 @@ from benchmarks.harness.device.devices import parse_dtype
 from benchmarks.harness.matrix.cells import Cell
 from benchmarks.harness.records import median
 from benchmarks.harness.roofline.peaks import Peaks
-from benchmarks.suite import EXTRA_INFO_SCHEMA, Progress
-from benchmarks.tp_cells import TPRun
-from benchmarks.tp_roofline import tp_roofline_fields
+from benchmarks.suite.rounds import EXTRA_INFO_SCHEMA, Progress
+from benchmarks.suite.tp.cells import TPRun
+from benchmarks.suite.tp.roofline import tp_roofline_fields
 
 REPLAY_TIMER = "tp_replay_max_over_ranks"
 # transformers' TP styles whose layer output is summed over the ranks (an all-reduce).
@@ -34,7 +34,7 @@ ALLREDUCE_STYLES = frozenset({"rowwise", "embedding_rowwise", "rowwise_split_inp
 # The whole-model roofline fields stay None: a tp cell's roofline is per rank (`tp_roofline`).
 ROOFLINE_NOTE = (
     "tensor-parallel cell: the roofline is per rank, in the tp_* roofline fields "
-    "(benchmarks/tp_roofline.py)"
+    "(benchmarks/suite/tp/roofline.py)"
 )
 
 

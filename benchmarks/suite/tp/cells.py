@@ -19,7 +19,7 @@ Environment: `PHASEBENCH_TP_TIMEOUT_S` (default 600 s) ends a run that takes lon
 group; `PHASEBENCH_TP_FAIL=RANK:MODE:STAGE` (e.g. `1:kill:generate`) injects the worker's
 `--fail-*` failure into every tp run of the session, for testing the failure path end to end.
 
-The records are `benchmarks/tp_record.py`'s. Deliberately not here: timing (the ranks time).
+The records are `benchmarks/suite/tp/record.py`'s. Deliberately not here: timing (the ranks time).
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from typing import Any
 import pytest
 import torch
 
-from benchmarks.configure import models_dir_option
 from benchmarks.harness.device.devices import parse_dtype
 from benchmarks.harness.device.freemem import FreeMemory, free_memory
 from benchmarks.harness.matrix.cells import Cell
@@ -54,7 +53,8 @@ from benchmarks.harness.tp.launch import (
 )
 from benchmarks.harness.tp.skips import device_count, tp_loading, tp_plan_for, tp_skip_reason
 from benchmarks.harness.tp.worker import FAIL_MODES, STAGES
-from benchmarks.suite import Progress
+from benchmarks.suite.configure import models_dir_option
+from benchmarks.suite.rounds import Progress
 
 TIMEOUT_ENV = "PHASEBENCH_TP_TIMEOUT_S"
 DEFAULT_TIMEOUT_S = 600.0  # a 70B load from disk takes minutes; a tiny CPU cell ~12 s

@@ -8,7 +8,7 @@ from typing import Any
 
 from benchmarks.harness.roofline.peaks import Peaks
 from benchmarks.harness.roofline.roofline import RooflineError, roofline_extra_info
-from benchmarks.suite import CellRun
+from benchmarks.suite.rounds import CellRun
 
 
 def roofline_confirmed(

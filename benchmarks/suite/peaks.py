@@ -19,13 +19,13 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from benchmarks.configure import PEAKS
 from benchmarks.harness.device.devices import parse_dtype, resolve_device
 from benchmarks.harness.device.fingerprint import fingerprint_id, machine_fingerprint
 from benchmarks.harness.matrix.cells import Cell
 from benchmarks.harness.modelcache import Loaded, ModelCache
 from benchmarks.harness.roofline.peaks import PeakMode, PeakRequest, Peaks, resolve_peaks
-from benchmarks.suite import MATRIX, Progress
+from benchmarks.suite.configure import PEAKS
+from benchmarks.suite.rounds import MATRIX, Progress
 
 _WANTED = pytest.StashKey[bool]()
 

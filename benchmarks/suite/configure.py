@@ -9,7 +9,7 @@
 
 The options themselves are declared in the root conftest.py; the hooks are registered by
 `benchmarks/conftest.py`, which imports them. Deliberately not here: collection
-(`benchmarks.collect`), fixtures, measuring.
+(`benchmarks.suite.collect`), fixtures, measuring.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from benchmarks.harness.matrix.cells import Matrix
 from benchmarks.harness.matrix.parse import load_matrix
 from benchmarks.harness.matrix.shard import parse_shard, select_shard
 from benchmarks.harness.roofline.peaks import Peaks
-from benchmarks.partial import PartialHistory
-from benchmarks.suite import ACCELERATOR, MATRIX, THREADS
+from benchmarks.suite.partial import PartialHistory
+from benchmarks.suite.rounds import ACCELERATOR, MATRIX, THREADS
 
 SHARD_IDS = pytest.StashKey["frozenset[str] | None"]()
 PEAKS: pytest.StashKey[dict[tuple[str, str], Peaks]] = pytest.StashKey()

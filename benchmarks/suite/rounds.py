@@ -6,7 +6,7 @@ conftest's machine-info hook), the `Progress` writer that keeps a long run visib
 `start_record`, which stamps every benchmark with the flat `params` and the schema-1 fields
 (noise control included: the warmup's outcome and the thermal state around the rounds), and
 `Rounds`, which runs timed rounds that keep nothing of one round alive into the next and read
-each round's own memory peak (`benchmarks/partial.py` keeps a killed run's finished cells).
+each round's own memory peak (`benchmarks/suite/partial.py` keeps a killed run's finished cells).
 
 It deliberately imports no torch at module level (the root conftest imports it from a hook).
 """
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     from benchmarks.harness.modelcache import Loaded
 
-# The loaded matrix (pytest_configure in benchmarks/configure.py).
+# The loaded matrix (pytest_configure in benchmarks/suite/configure.py).
 MATRIX = pytest.StashKey[Matrix]()
 # The first accelerator the matrix uses ("cuda", "mps", ...), None when it is CPU only: the
 # machine fingerprint names it.

@@ -9,10 +9,10 @@ its error (the doctor's rule), and the rest still run. What cannot apply to the 
 decided here and printed as a `skip` with the reason, without a process.
 
 The probes, in order (each module's docstring says what it measures):
-`compile_steps` (selfcheck_compile: graph breaks and launches per compiled decode step, the
-record's fields, the other transformers versions), `cuda_graphs` (selfcheck_graphs: skips and
-re-records over two cells of one build), `energy_counter` and `throttle_load` (selfcheck_gpu),
-`peak_biggest_cell` (selfcheck_peak), `flash_attn_logits` and `greedy_tokens` (selfcheck_model).
+`compile_steps` (`compile`: graph breaks and launches per compiled decode step, the
+record's fields, the other transformers versions), `cuda_graphs` (`graphs`: skips and
+re-records over two cells of one build), `energy_counter` and `throttle_load` (`gpu`),
+`peak_biggest_cell` (`peak`), `flash_attn_logits` and `greedy_tokens` (`model`).
 
 `python -m benchmarks.harness.doctor.selfcheck PROBE --device D [--model M] [--matrix F]
 [--full]` runs one probe (what the parent spawns).
@@ -33,13 +33,13 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.harness.doctor import selfcheck_versions as versions
 from benchmarks.harness.doctor.findings import Finding, skip
+from benchmarks.harness.doctor.selfcheck import versions
 from benchmarks.harness.errors import MatrixError
 from benchmarks.harness.matrix.parse import load_matrix
 from benchmarks.harness.model.models import load_model_spec
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 MARKER = "PHASEBENCH_SELFCHECK_FINDINGS "
 LIMIT_S = 330.0
 """The whole self-check, every probe's process included (about 5 minutes on one GPU)."""
@@ -54,7 +54,7 @@ class SelfCheckRequest:
     model: str = DEFAULT_MODEL
     matrix: Path | None = None  # None: the device's shipped matrix
     full: bool = False  # the suite's peak budget instead of the doctor's
-    also_transformers: tuple[str, ...] = ()  # compile_steps again on these (selfcheck_versions)
+    also_transformers: tuple[str, ...] = ()  # compile_steps again on these (`versions`)
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ def _cuda_only(what: str) -> Callable[[SelfCheckRequest], str | None]:
 
 def _fa2_reason(request: SelfCheckRequest) -> str | None:
     # The kernel's own needs, decided without importing transformers here; the probe also
-    # asks whether the model supports it (`selfcheck_model.fa2_skip_reason`).
+    # asks whether the model supports it (`model.fa2_skip_reason`).
     if request.device.type != "cuda":
         return f"{request.device.type}: flash_attention_2 runs on CUDA only"
     if importlib.util.find_spec("flash_attn") is None:
@@ -106,43 +106,43 @@ def _always(_: SelfCheckRequest) -> str | None:
 
 
 def _run_compile(request: SelfCheckRequest) -> list[Finding]:
-    from benchmarks.harness.doctor.selfcheck_compile import probe_compiled_steps  # noqa: PLC0415
+    from benchmarks.harness.doctor.selfcheck.compile import probe_compiled_steps  # noqa: PLC0415
 
     return probe_compiled_steps(request.model, request.device)
 
 
 def _run_graphs(request: SelfCheckRequest) -> list[Finding]:
-    from benchmarks.harness.doctor.selfcheck_graphs import probe_cuda_graphs  # noqa: PLC0415
+    from benchmarks.harness.doctor.selfcheck.graphs import probe_cuda_graphs  # noqa: PLC0415
 
     return [probe_cuda_graphs(request.model, request.device)]
 
 
 def _run_energy(request: SelfCheckRequest) -> list[Finding]:
-    from benchmarks.harness.doctor.selfcheck_gpu import probe_energy_counter  # noqa: PLC0415
+    from benchmarks.harness.doctor.selfcheck.gpu import probe_energy_counter  # noqa: PLC0415
 
     return [probe_energy_counter(request.device)]
 
 
 def _run_throttle(request: SelfCheckRequest) -> list[Finding]:
-    from benchmarks.harness.doctor.selfcheck_gpu import probe_throttle  # noqa: PLC0415
+    from benchmarks.harness.doctor.selfcheck.gpu import probe_throttle  # noqa: PLC0415
 
     return [probe_throttle(request.device)]
 
 
 def _run_peak(request: SelfCheckRequest) -> list[Finding]:
-    from benchmarks.harness.doctor.selfcheck_peak import probe_peak  # noqa: PLC0415
+    from benchmarks.harness.doctor.selfcheck.peak import probe_peak  # noqa: PLC0415
 
     return [probe_peak(request.device, request.matrix, full=request.full)]
 
 
 def _run_fa2(request: SelfCheckRequest) -> list[Finding]:
-    from benchmarks.harness.doctor.selfcheck_model import probe_fa2  # noqa: PLC0415
+    from benchmarks.harness.doctor.selfcheck.model import probe_fa2  # noqa: PLC0415
 
     return [probe_fa2(request.model, request.device)]
 
 
 def _run_greedy(request: SelfCheckRequest) -> list[Finding]:
-    from benchmarks.harness.doctor.selfcheck_model import probe_greedy_tokens  # noqa: PLC0415
+    from benchmarks.harness.doctor.selfcheck.model import probe_greedy_tokens  # noqa: PLC0415
 
     return [probe_greedy_tokens(request.model, request.device)]
 

@@ -4,7 +4,7 @@
 The biggest cell of the device's matrix is the one with the most prompt tokens B x P (ties: the
 most linear FLOPs per token, then file order): its prefill's GEMMs run at B x P rows, while the
 suite's peak is the best `F.linear` rate over its policy's shapes, grown to the matrix's largest
-B x P (`MeasurePolicy.for_device(device, tokens=...)`, as `fixtures_peaks` asks). The probe
+B x P (`MeasurePolicy.for_device(device, tokens=...)`, as `benchmarks.suite.peaks` asks). The probe
 measures the peak that way (in the doctor's budget unless `--full`) and the cell's two MLP
 GEMMs (`[B*P, h] x [I, h]` and `[B*P, I] x [h, I]`, the largest of a prefill) at B x P rows,
 and puts the GEMM rate against that peak with the roofline's own
