@@ -9,9 +9,9 @@ A doc names seven kinds of things that the code can rename under it:
   sources or in the pytest plugins the suite runs under (pytest, pytest-benchmark, xdist), or one
   of `EXTERNAL_OPTIONS` (another tool's, each with the tool);
 * `variable`: `PHASEBENCH_*`: read or set somewhere in our sources (code, workflows, `.ci/run`);
-* `path` and `link`: a repository path (`benchmarks/suite/rounds.py`, `matrix/*.yaml`, `device/fpstate.py`,
-  `benchmarks/harness/{noise,overhead}.py`): a tracked file or folder, or the tail of one; and
-  every relative Markdown link target;
+* `path` and `link`: a repository path (`benchmarks/suite/rounds.py`, `matrix/*.yaml`,
+  `device/fpstate.py`, `benchmarks/harness/{profiling,overhead}.py`): a tracked file or folder,
+  or the tail of one; and every relative Markdown link target;
 * `module`: `python -m benchmarks.ab`, and a dotted reference into our packages
   (`benchmarks.suite.rounds.Rounds`, `levels.location_at`): the module exists and defines the
   name;
