@@ -7,6 +7,11 @@ torch: every session installs the `torch` found by `_install_torch`, which keeps
 user already has (the GPU box's CUDA build, the Mac's MPS build) and otherwise installs
 `PHASEBENCH_TORCH` (default `torch==2.13.0`, so that history from one machine stays comparable
 run to run). Set `PHASEBENCH_TORCH="torch==X"` to benchmark another release on purpose.
+
+transformers: the sessions that measure install `PHASEBENCH_TRANSFORMERS` (default the newest
+version the tests run, `TRANSFORMERS_VERSIONS[0]`), so the main job measures the stack the tests
+verified and a fresh clone does not pick up whatever release came out since (a stack change
+against the machine's history); set it to benchmark another release on purpose.
 """
 
 from __future__ import annotations
@@ -155,9 +160,16 @@ def lint(session: nox.Session) -> None:
     session.run("zizmor", "--persona=pedantic", ".github")  # workflows and dependabot.yml
 
 
+def _bench_transformers() -> str:
+    """The transformers the measuring sessions install: the tests' newest, unless overridden."""
+    return (
+        os.environ.get("PHASEBENCH_TRANSFORMERS", "") or f"transformers=={TRANSFORMERS_VERSIONS[0]}"
+    )
+
+
 def _bench(session: nox.Session, device: str, matrix: str, *groups: str) -> None:
     """Run `matrix` on `device` into HISTORY_DIR, then render the report (or say why not)."""
-    _install(session, "bench", "report", *groups)
+    _install(session, "bench", "report", *groups, extra=(_bench_transformers(),))
     available = {
         "cpu": "__import__('torch')",
         "cuda": "__import__('torch').cuda.is_available()",
@@ -243,7 +255,7 @@ def bench_mps(session: nox.Session) -> None:
 @nox.session(venv_params=SYSTEM_SITE)
 def smoke(session: nox.Session) -> None:
     """Run matrix/smoke.yaml (tiny models, seconds) end to end into a fresh history; render it."""
-    _install(session, "bench", "report")
+    _install(session, "bench", "report", extra=(_bench_transformers(),))
     history = Path(session.create_tmp()) / "smoke-history"
     shutil.rmtree(history, ignore_errors=True)  # one run only: the report shows it as "new"
     # Table peaks: measuring the machine's peaks is not what a smoke run checks.
