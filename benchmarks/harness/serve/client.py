@@ -128,17 +128,8 @@ class _Stream:
 
     def _event(self, payload: str) -> int:
         """The tokens one event carries (module docstring)."""
-        if payload.strip() == "[DONE]":
-            return 0
-        try:
-            event = json.loads(payload)
-        except json.JSONDecodeError:
-            self.error = self.error or "malformed event"
-            return 0
-        if not isinstance(event, Mapping):
-            return 0
-        if "error" in event:
-            self.error = self.error or "error event"
+        event = self._decode(payload)
+        if event is None:
             return 0
         before = self.completion_tokens
         usage = event.get("usage")
@@ -152,6 +143,23 @@ class _Stream:
         if self.continuous_usage and isinstance(usage, Mapping) and self.completion_tokens:
             return max(self.completion_tokens - (before or 0), 0)  # cumulative: the growth
         return 1
+
+    def _decode(self, payload: str) -> Mapping[str, Any] | None:
+        """The event's JSON object; None for `[DONE]`, and for a malformed or error event, whose
+        reason is kept."""
+        if payload.strip() == "[DONE]":
+            return None
+        try:
+            event = json.loads(payload)
+        except json.JSONDecodeError:
+            self.error = self.error or "malformed event"
+            return None
+        if not isinstance(event, Mapping):
+            return None
+        if "error" in event:
+            self.error = self.error or "error event"
+            return None
+        return event
 
 
 async def request_once(

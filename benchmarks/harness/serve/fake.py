@@ -108,18 +108,37 @@ class FakeServer:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         if kind == "chat":
-            role = {"id": f"fake-{index}", "choices": [{"index": 0, "delta": {"role": "assistant"}}]}
+            role = {
+                "id": f"fake-{index}",
+                "choices": [{"index": 0, "delta": {"role": "assistant"}}],
+            }
             await response.write(f"data: {json.dumps(role)}\n\n".encode())
         if script.sequential:
             async with self._lock:
-                await self._tokens(response, kind, index, count, prompt_tokens, time.perf_counter())
+                await self._tokens(
+                    response,
+                    kind,
+                    index=index,
+                    count=count,
+                    prompt=prompt_tokens,
+                    t0=time.perf_counter(),
+                )
         else:
-            await self._tokens(response, kind, index, count, prompt_tokens, arrival)
+            await self._tokens(
+                response, kind, index=index, count=count, prompt=prompt_tokens, t0=arrival
+            )
         await response.write_eof()
         return response
 
     async def _tokens(
-        self, response: web.StreamResponse, kind: str, index: int, count: int, prompt: int, t0: float
+        self,
+        response: web.StreamResponse,
+        kind: str,
+        *,
+        index: int,
+        count: int,
+        prompt: int,
+        t0: float,
     ) -> None:
         script = self.script
         rng = random.Random(script.seed * 1_000_003 + index)
@@ -137,7 +156,11 @@ class FakeServer:
                 await asyncio.sleep(max(t0 + times[last - 1] - time.perf_counter(), 0.0))
                 await response.write("".join(events).encode())
                 events = []
-        final = {"prompt_tokens": prompt, "completion_tokens": count, "total_tokens": prompt + count}
+        final = {
+            "prompt_tokens": prompt,
+            "completion_tokens": count,
+            "total_tokens": prompt + count,
+        }
         if script.usage != "none":
             await response.write(_event(kind, index, "", final).encode())
         await response.write(b"data: [DONE]\n\n")

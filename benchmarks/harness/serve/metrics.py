@@ -29,6 +29,7 @@ per-token ITL (`itl_unattributed`).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -98,7 +99,7 @@ def error_reason(record: RequestRecord, new_tokens: int) -> str | None:
 def token_gaps(chunks: Sequence[Chunk]) -> list[float]:
     """Per-token gaps of one request (module docstring): one per token after the first."""
     gaps = [0.0] * max(chunks[0].tokens - 1, 0) if chunks else []
-    for previous, chunk in zip(chunks, chunks[1:], strict=False):
+    for previous, chunk in itertools.pairwise(chunks):
         share = (chunk.at_s - previous.at_s) / chunk.tokens
         gaps.extend([share] * chunk.tokens)
     return gaps
@@ -106,7 +107,7 @@ def token_gaps(chunks: Sequence[Chunk]) -> list[float]:
 
 def chunk_gaps(chunks: Sequence[Chunk]) -> list[float]:
     """The gaps between successive content chunks of one request."""
-    return [b.at_s - a.at_s for a, b in zip(chunks, chunks[1:], strict=False)]
+    return [b.at_s - a.at_s for a, b in itertools.pairwise(chunks)]
 
 
 def _percentiles(name: str, values: Sequence[float]) -> dict[str, float | None]:
@@ -152,7 +153,8 @@ def calculate_metrics(
         if reason is not None:
             reasons[reason] += 1
             continue
-        assert row.done_s is not None and row.output_tokens is not None  # error_reason checked
+        assert row.done_s is not None
+        assert row.output_tokens is not None
         first = row.chunks[0].at_s - row.sent_s
         whole = row.done_s - row.sent_s
         per_token = (whole - first) / (row.output_tokens - 1) if row.output_tokens > 1 else None

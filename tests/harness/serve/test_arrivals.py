@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 
@@ -12,7 +13,7 @@ from benchmarks.harness.serve.arrivals import arrival_offsets
 
 
 def _gaps(offsets):
-    return [b - a for a, b in zip(offsets, offsets[1:], strict=False)]
+    return [b - a for a, b in itertools.pairwise(offsets)]
 
 
 @pytest.mark.parametrize(("rate", "burstiness"), [(4.0, 1.0), (10.0, 0.25), (2.0, 4.0)])
@@ -48,8 +49,9 @@ def test_an_infinite_rate_sends_everything_at_once():
 
 @pytest.mark.parametrize(
     ("count", "rate", "burstiness", "match"),
-    [(0, 1.0, 1.0, "num_prompts"), (3, 0.0, 1.0, "request_rate"), (3, math.nan, 1.0, "request_rate"),
-     (3, 1.0, 0.0, "burstiness"), (3, 1.0, math.inf, "burstiness")],
+    [(0, 1.0, 1.0, "num_prompts"), (3, 0.0, 1.0, "request_rate"),
+     (3, math.nan, 1.0, "request_rate"), (3, 1.0, 0.0, "burstiness"),
+     (3, 1.0, math.inf, "burstiness")],
 )  # fmt: skip
 def test_bad_inputs_are_refused_with_the_field_named(count, rate, burstiness, match):
     with pytest.raises(ServeError, match=match):

@@ -29,7 +29,8 @@ def test_ttft_itl_tpot_and_e2el_match_the_scripted_times():
         assert list_models(url) == [MODEL_ID]
         result = run_load(_spec(url, max_concurrency=1))
     m = calculate_metrics(result.records, new_tokens=5, duration_s=result.duration_s)
-    assert m["errors"] == 0 and m["requests_completed"] == 2
+    assert m["errors"] == 0
+    assert m["requests_completed"] == 2
     assert 0.10 <= m["ttft_p50_s"] <= 0.10 + SLACK_S
     assert 0.03 - SLACK_S / 4 <= m["itl_p50_s"] <= 0.03 + SLACK_S / 4
     assert 0.03 - SLACK_S / 4 <= m["tpot_p50_s"] <= 0.03 + SLACK_S / 4
@@ -89,17 +90,21 @@ def test_a_dead_server_is_a_connection_error_row_and_the_pass_is_bounded():
     # Nothing listens on port 9 (discard) of the loopback.
     result = run_load(_spec("http://127.0.0.1:9", prompts=2, request_timeout_s=2.0))
     m = calculate_metrics(result.records, new_tokens=5, duration_s=result.duration_s)
-    assert m["errors"] == 2 and result.duration_s < 5
+    assert m["errors"] == 2
+    assert result.duration_s < 5
 
 
 def test_the_request_body_holds_openai_fields_only_and_extra_body_last():
     spec = _spec("http://x", extra_body={"ignore_eos": True}, continuous_usage=True)
     body = request_body(spec, "w1 w2")
-    assert body["max_tokens"] == 5 and body["stream"] is True and body["prompt"] == "w1 w2"
+    assert body["max_tokens"] == 5
+    assert body["stream"] is True
+    assert body["prompt"] == "w1 w2"
     assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
     assert body["ignore_eos"] is True
     plain = request_body(_spec("http://x", api="chat"), "w1")
-    assert "ignore_eos" not in plain and plain["messages"][0]["content"] == "w1"
+    assert "ignore_eos" not in plain
+    assert plain["messages"][0]["content"] == "w1"
 
 
 def test_a_poisson_pass_sends_on_schedule_not_when_responses_come_back():

@@ -16,7 +16,7 @@ from benchmarks.harness.serve.metrics import (
 )
 
 
-def _record(index, scheduled, sent, times, tokens=None, done=None, out=None, **kw):
+def _record(index, scheduled, sent, times, *, tokens=None, done=None, out=None, **kw):
     tokens = tokens or [1] * len(times)
     chunks = tuple(Chunk(t, k) for t, k in zip(times, tokens, strict=True))
     total = sum(tokens) if out is None else out
@@ -108,7 +108,8 @@ def test_one_token_outputs_have_no_tpot_and_prompt_mismatches_are_counted():
 
 def test_no_complete_request_leaves_percentiles_none_and_a_bad_duration_raises():
     m = calculate_metrics([RequestRecord(0, 0.0, 0.0, error="timeout")], new_tokens=2, duration_s=1)
-    assert m["ttft_p50_s"] is None and m["goodput_req_per_s"] == 0.0
+    assert m["ttft_p50_s"] is None
+    assert m["goodput_req_per_s"] == 0.0
     with pytest.raises(ValueError, match="duration_s"):
         calculate_metrics([], new_tokens=2, duration_s=0.0)
     with pytest.raises(ValueError, match="duration_s"):
