@@ -8,6 +8,9 @@ every benchmark both sides ran:
   `time_s`) from the paired rounds (`reports.analysis.paired`: Yuen's trimmed mean of the per-pair
   log-ratios), with the gate's rule (`reports.analysis.decision`: one-sided test against `1 +
   threshold`, Holm over every timing of the run, the MDE at the corrected level);
+- a record's further per-round series (`metrics.round_series`: a serving cell's TTFT p50/p90,
+  TPOT p50 and goodput, one value per load pass), paired round by round the same way; goodput
+  (higher is better) on log(base / head), so its `ratio` is the worse-ratio;
 - its **exact** metrics (`metrics.is_exact_metric`: `kv_*_bytes`, `weights_bytes`, ...): head
   against base, exactly (larger = `fail`, smaller = `improved`).
 
@@ -58,7 +61,13 @@ from reports.ab_settings import (
     read_context,
     resolve,
 )
-from reports.analysis.metrics import EXACT_SUFFIXES, PRIMARY_BY_MEASUREMENT, is_exact_metric
+from reports.analysis.metrics import (
+    EXACT_SUFFIXES,
+    PRIMARY_BY_MEASUREMENT,
+    higher_is_better,
+    is_exact_metric,
+    round_series,
+)
 from reports.analysis.paired import (
     MIN_PAIRS,
     PROCESS_CV,
@@ -188,11 +197,12 @@ def judge(
             head_value=statistics.median(h.rounds_s),
             log_ratios=diffs,
         )
-        if len(diffs) < MIN_PAIRS:
-            entry = replace(entry, note=f"{len(diffs)} pair(s): at least {MIN_PAIRS} are needed")
-            others.append(entry)
-        else:
-            timings.append(entry)
+        for judged in (entry, *_series_entries(fullname, b, h, config)):
+            if judged.pairs < MIN_PAIRS:
+                note = f"{judged.pairs} pair(s): at least {MIN_PAIRS} are needed"
+                others.append(replace(judged, note=note))
+            else:
+                timings.append(judged)
         base_exact, head_exact = exact_values(b), exact_values(h)
         for name in list(base_exact) + [n for n in head_exact if n not in base_exact]:
             t = config.threshold_for(name)
@@ -201,6 +211,35 @@ def judge(
             else:
                 others.append(_exact(fullname, name, base_exact[name], head_exact[name], t))
     return _decide_timings(timings, config) + others
+
+
+def _series_entries(
+    fullname: str, base: BenchmarkResult, head: BenchmarkResult, config: ABConfig
+) -> list[ABEntry]:
+    """The paired per-round series both sides carry (`metrics.round_series`: a serving cell's
+    TTFT, TPOT, goodput per load pass). A higher-is-better series (goodput) is judged on
+    log(base / head), so a positive log-ratio is worse as for seconds and `ratio` is the
+    worse-ratio base / head."""
+    b_series, h_series = round_series(base), round_series(head)
+    out = []
+    for name in [n for n in b_series if n in h_series]:
+        diffs = log_ratios(b_series[name], h_series[name])
+        if higher_is_better(name):
+            diffs = [-d for d in diffs]
+        out.append(
+            ABEntry(
+                fullname,
+                name,
+                "timing",
+                "inconclusive",
+                config.threshold_for(name),
+                pairs=len(diffs),
+                base_value=statistics.median(b_series[name]),
+                head_value=statistics.median(h_series[name]),
+                log_ratios=tuple(diffs),
+            )
+        )
+    return out
 
 
 def _decide_timings(entries: Sequence[ABEntry], config: ABConfig) -> list[ABEntry]:
