@@ -164,6 +164,17 @@ def metric_values(bench: BenchmarkResult) -> dict[str, tuple[MetricKind, tuple[f
     return out
 
 
+def exact_values(bench: BenchmarkResult) -> dict[str, float]:
+    """The benchmark's deterministic byte counts (`is_exact_metric`); never the `accuracy_*`
+    fields, which are not judged (module docstring)."""
+    out: dict[str, float] = {}
+    for name, value in bench.extra.items():
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        if ok and name.endswith(EXACT_SUFFIXES) and is_exact_metric(name):
+            out[name] = float(value)
+    return out
+
+
 def _log_location(bench: BenchmarkResult | None, rounds: int) -> float | None:
     if bench is None or not bench.rounds_s or min(bench.rounds_s) <= 0:
         return None
