@@ -101,6 +101,26 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=str(STABLE_MAX),
         help=f"with --warmup-until-stable: the most warmup generations (default {STABLE_MAX})",
     )
+    # Serving cells (DESIGN §13, docs/serving.md).
+    group.addoption(
+        "--serve-url",
+        metavar="URL",
+        default=None,
+        help="the OpenAI-compatible server that `serve: url` cells measure, e.g. "
+        "http://127.0.0.1:8000 (a vLLM or SGLang deployment of your own)",
+    )
+    group.addoption(
+        "--serve-api",
+        choices=("completions", "chat"),
+        default="completions",
+        help="serving cells' endpoint: /v1/completions (default) or /v1/chat/completions",
+    )
+    group.addoption(
+        "--serve-extra-body",
+        metavar="JSON",
+        default=None,
+        help="fields added to every serving request, e.g. '{\"ignore_eos\": true}' for vLLM",
+    )
     # H4 (issue 12): the skip itself is in benchmarks/suite/collect.py `_skip_reason`.
     group.addoption(
         "--allow-slow-dtypes",

@@ -246,6 +246,18 @@ def bench_cuda_quant(session: nox.Session) -> None:
     _bench(session, "cuda", "matrix/cuda-quant.yaml", "quant")
 
 
+@nox.session(name="bench-cpu-serve", venv_params=SYSTEM_SITE)
+def bench_cpu_serve(session: nox.Session) -> None:
+    """Run matrix/cpu-serve.yaml (transformers serve under load) with the `serve` group."""
+    _bench(session, "cpu", "matrix/cpu-serve.yaml", "serve")
+
+
+@nox.session(name="bench-cuda-serve", venv_params=SYSTEM_SITE)
+def bench_cuda_serve(session: nox.Session) -> None:
+    """Run matrix/cuda-serve.yaml on a CUDA GPU (transformers serve; vllm where installed)."""
+    _bench(session, "cuda", "matrix/cuda-serve.yaml", "serve")
+
+
 @nox.session(name="bench-mps", venv_params=SYSTEM_SITE)
 def bench_mps(session: nox.Session) -> None:
     """Run matrix/mps.yaml on Apple silicon, save history, render the report."""

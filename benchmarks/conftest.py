@@ -53,11 +53,14 @@ from benchmarks.suite.configure import (
 from benchmarks.suite.partial import mark_partial
 from benchmarks.suite.peaks import peaks, peaks_before_build, remeasure_peaks
 from benchmarks.suite.rounds import MATRIX, THREADS, CellRun, Progress, Warmup
+from benchmarks.suite.serve.cells import serve_pool
+from benchmarks.suite.serve.record import client_overhead
 from benchmarks.suite.tp.cells import tp_run
 from benchmarks.suite.warmup import warmed
 
 # Hooks and fixtures defined in the modules above: importing them here is what registers them.
 __all__ = [
+    "client_overhead",
     "peaks",
     "peaks_before_build",
     "pytest_collection_modifyitems",
@@ -65,6 +68,7 @@ __all__ = [
     "pytest_generate_tests",
     "pytest_report_header",
     "remeasure_peaks",
+    "serve_pool",
     "tp_run",
     "warmed",
 ]

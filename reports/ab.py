@@ -1,20 +1,18 @@
 """`python -m reports.ab`: paired verdicts of an A/B run, `ab.json`, `index.html`, `summary.md`.
 
 Reads the two sides' pytest-benchmark JSON (`DIR/base.json`, `DIR/head.json`, written by
-`python -m benchmarks.ab`) and `DIR/context.json` (who the sides were), and judges
-every benchmark both sides ran:
-
-- its **timing** (pytest-benchmark's round statistic: `prefill_s`, `decode_step_s`, `e2e_s`,
-  `time_s`) from the paired rounds (`reports.analysis.paired`: Yuen's trimmed mean of the per-pair
-  log-ratios), with the gate's rule (`reports.analysis.decision`: one-sided test against `1 +
-  threshold`, Holm over every timing of the run, the MDE at the corrected level);
-- its **exact** metrics (`metrics.is_exact_metric`: `kv_*_bytes`, `weights_bytes`, ...): head
-  against base, exactly (larger = `fail`, smaller = `improved`).
-
-Per-run scalars (TTFT, ITL percentiles, memory peaks) have one value per side and are not judged
-here; the history report keeps judging them across runs. A quantized cell's `accuracy_*` fields
-are judged nowhere (`reports.analysis.metrics`). A benchmark on one side only is `new` (head
-only) or `missing` (base only: the head could not run it, which fails like a `fail`).
+`python -m benchmarks.ab`) and `DIR/context.json` (who the sides were), and judges every
+benchmark both sides ran: its **timing** (pytest-benchmark's round statistic: `prefill_s`,
+`decode_step_s`, `e2e_s`, `serve_pass_s`, `time_s`) from the paired rounds (`paired`: Yuen's
+trimmed mean of the per-pair log-ratios) with the gate's rule (`decision`: one-sided test against
+`1 + threshold`, Holm over every timing of the run, the MDE at the corrected level); a record's
+per-round series (`metrics.round_series`: a serving cell's TTFT p50/p90, TPOT p50, goodput, one
+value per load pass) the same way, goodput (higher is better) on log(base / head), so its
+`ratio` is the worse-ratio; its **exact** metrics (`metrics.is_exact_metric`: `kv_*_bytes`,
+`weights_bytes`, ...): head against base, exactly (larger = `fail`, smaller = `improved`).
+Per-run scalars (TTFT, ITL percentiles, memory peaks) have one value per side and are judged
+across runs by the history report only; `accuracy_*` fields nowhere. A benchmark on one side
+only is `new` (head only) or `missing` (base only: fails like a `fail`).
 
 Each timing's error is inflated for lag-1 correlation between neighbouring pairs; a timing
 whose pairs disagree wildly or shift mid-run is `inconclusive` with the reason (`unstable`),
@@ -58,7 +56,12 @@ from reports.ab_settings import (
     read_context,
     resolve,
 )
-from reports.analysis.metrics import EXACT_SUFFIXES, PRIMARY_BY_MEASUREMENT, is_exact_metric
+from reports.analysis.metrics import (
+    exact_values,
+    higher_is_better,
+    primary_metric,
+    round_series,
+)
 from reports.analysis.paired import (
     MIN_PAIRS,
     PROCESS_CV,
@@ -67,6 +70,7 @@ from reports.analysis.paired import (
     judge_pairs,
     judge_process_run,
     log_ratios,
+    paired_series,
     process_notes,
     process_run_term,
     ratio_quantile,
@@ -120,24 +124,6 @@ class ABEntry:
     unstable: str = ""  # why the pairs could not be judged (paired.instability), or ""
 
 
-def timing_metric(bench: BenchmarkResult) -> str:
-    """The name of the benchmark's round statistic (as `reports.analysis.metrics` names it)."""
-    measurement = bench.extra.get("measurement")
-    key = measurement if isinstance(measurement, str) else bench.group
-    return PRIMARY_BY_MEASUREMENT.get(key, "time_s")
-
-
-def exact_values(bench: BenchmarkResult) -> dict[str, float]:
-    """The benchmark's deterministic byte counts (`metrics.is_exact_metric`); never the
-    `accuracy_*` fields, which are not judged (`reports.analysis.metrics`)."""
-    out: dict[str, float] = {}
-    for name, value in bench.extra.items():
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-        if ok and name.endswith(EXACT_SUFFIXES) and is_exact_metric(name):
-            out[name] = float(value)
-    return out
-
-
 def _one_side(fullname: str, metric: str, kind: str, threshold: float, head_only: bool) -> ABEntry:
     verdict, where = ("new", "head") if head_only else ("missing", "base")
     return ABEntry(fullname, metric, kind, verdict, threshold, note=f"only the {where} ran it")
@@ -165,7 +151,7 @@ def judge(
         if b is None or h is None:
             present = h if b is None else b
             assert present is not None
-            metric = timing_metric(present)
+            metric = primary_metric(present)
             others.append(
                 _one_side(fullname, metric, "timing", config.threshold_for(metric), b is None)
             )
@@ -174,7 +160,7 @@ def judge(
                     _one_side(fullname, name, "exact", config.threshold_for(name), b is None)
                 )
             continue
-        metric = timing_metric(b)
+        metric = primary_metric(b)
         threshold = config.threshold_for(metric)
         diffs = tuple(log_ratios(b.rounds_s, h.rounds_s))
         entry = ABEntry(
@@ -188,11 +174,12 @@ def judge(
             head_value=statistics.median(h.rounds_s),
             log_ratios=diffs,
         )
-        if len(diffs) < MIN_PAIRS:
-            entry = replace(entry, note=f"{len(diffs)} pair(s): at least {MIN_PAIRS} are needed")
-            others.append(entry)
-        else:
-            timings.append(entry)
+        for judged in (entry, *_series_entries(fullname, b, h, config)):
+            if judged.pairs < MIN_PAIRS:
+                note = f"{judged.pairs} pair(s): at least {MIN_PAIRS} are needed"
+                others.append(replace(judged, note=note))
+            else:
+                timings.append(judged)
         base_exact, head_exact = exact_values(b), exact_values(h)
         for name in list(base_exact) + [n for n in head_exact if n not in base_exact]:
             t = config.threshold_for(name)
@@ -201,6 +188,19 @@ def judge(
             else:
                 others.append(_exact(fullname, name, base_exact[name], head_exact[name], t))
     return _decide_timings(timings, config) + others
+
+
+def _series_entries(
+    fullname: str, base: BenchmarkResult, head: BenchmarkResult, config: ABConfig
+) -> list[ABEntry]:
+    """The per-round series both sides carry (`metrics.round_series`), as timings."""
+    b_series, h_series = round_series(base), round_series(head)
+    return [
+        ABEntry(fullname, name, "timing", "inconclusive", config.threshold_for(name),
+                pairs=len(diffs), base_value=statistics.median(b_series[name]),
+                head_value=statistics.median(h_series[name]), log_ratios=tuple(diffs))
+        for name, diffs in paired_series(b_series, h_series, higher_is_better)
+    ]  # fmt: skip
 
 
 def _decide_timings(entries: Sequence[ABEntry], config: ABConfig) -> list[ABEntry]:

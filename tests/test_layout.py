@@ -48,6 +48,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ),
     # tp: tensor-parallel ranks and their launcher; reads the engine, cache, roofline, model.
     ("benchmarks.harness.plan", "benchmarks.harness.modelcache", "benchmarks.harness.tp"),
+    # serve: a server per cell, its load generator and metrics; reads model/ and device/.
+    ("benchmarks.harness.serve",),
     ("benchmarks.harness.doctor",),  # `doctor` verb: reads device/ and roofline/, below cli
     ("benchmarks.harness.cli",),
     ("benchmarks.harness.__main__",),

@@ -30,3 +30,7 @@ class EngineError(PhasebenchError):
 
 class KVError(PhasebenchError):
     """A cache object or config cannot be accounted for."""
+
+
+class ServeError(PhasebenchError):
+    """A serving input (a rate, a server, a URL) is invalid, or a server cannot be used."""

@@ -14,6 +14,7 @@ the matrix (`benchmarks.suite.configure`), building or measuring anything.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,7 @@ from benchmarks.harness.roofline.dtypespeed import slow_dtype_reason
 from benchmarks.harness.runmode.decide import measurement_skip_reason
 from benchmarks.suite.configure import SHARD_IDS, models_dir_option
 from benchmarks.suite.rounds import MATRIX
+from benchmarks.suite.serve.cells import serve_cell_reason
 from benchmarks.suite.tp.cells import measurement_reason, tp_cell_reason
 
 MODULE_ORDER = {
@@ -36,6 +38,7 @@ MODULE_ORDER = {
     "test_generate": 2,
     "test_kv_cache": 3,
     "test_overhead": 4,
+    "test_serve": 5,
 }
 
 
@@ -62,6 +65,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     cells = list(matrix.cells)
     if tp_test or hasattr(metafunc.module, "TP_TEST"):
         cells = [cell for cell in cells if (cell.tp_size > 1) == tp_test]
+    # Serving cells (a `serve` axis) are test_serve's (`SERVE_TEST`) and only its: the other
+    # modules time the model in this process, which a serving cell does not build.
+    serve_test = bool(getattr(metafunc.module, "SERVE_TEST", False))
+    cells = [cell for cell in cells if (cell.serve is not None) == serve_test]
     reasons = {cell.id: _skip_reason(config, cell, models_dir) for cell in cells}
     first_of_build: dict[tuple[str, ...], str] = {}
     for cell in cells:
@@ -82,6 +89,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         marks: list[pytest.MarkDecorator] = []
         if reason is not None:
             marks.append(pytest.mark.skip(reason=f"{cell.id}: {reason}"))
+        elif serve_test:  # the server's device is not this process's: no device sync here
+            marks.append(pytest.mark.benchmark(timer=time.perf_counter))
         else:
             marks.append(pytest.mark.benchmark(timer=synced_perf_counter(cell.device)))
         params.append(pytest.param(cell.to_params(), id=cell.id, marks=marks))
@@ -100,6 +109,7 @@ def _skip_reason(config: pytest.Config, cell: Cell, models_dir: Path | None) -> 
             # what the user must change, whatever else the cell would need.
             known[cell.id] = (
                 tp_cell_reason(cell, models_dir)
+                or serve_cell_reason(cell, config.getoption("serve_url"))
                 or skip_reason(cell, models_dir)
                 or _engine_reason(cell, models_dir)
             )

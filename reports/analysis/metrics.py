@@ -47,6 +47,7 @@ PRIMARY_BY_MEASUREMENT = {
     "prefill": "prefill_s",
     "decode": "decode_step_s",
     "generate": "e2e_s",
+    "serve": "serve_pass_s",  # one load pass (DESIGN §13)
 }
 SCALAR_TIMINGS = ("ttft_s", "tpot_s", "itl_p50_s", "itl_p90_s", "itl_p99_s")
 MEMORY_METRICS = (
@@ -92,8 +93,16 @@ def is_accuracy_metric(name: str) -> bool:
 
 
 def is_timed_metric(name: str, kind: str) -> bool:
-    """True for noisy seconds (`*_s`, not exact): the metrics a run's suite-wide effect moves."""
-    return name.endswith("_s") and kind != "exact" and not is_accuracy_metric(name)
+    """True for noisy seconds (`*_s`, not exact): the metrics a run's suite-wide effect moves.
+
+    Not a rate (`*_per_s`, higher is better): a slower host does not move a serving cell's
+    goodput as it moves its seconds (below saturation, goodput is the offered rate)."""
+    return (
+        name.endswith("_s")
+        and kind != "exact"
+        and not is_accuracy_metric(name)
+        and not higher_is_better(name)
+    )
 
 
 def is_exact_metric(name: str) -> bool:
@@ -107,11 +116,43 @@ def _number(value: object) -> float | None:
     return float(value)
 
 
+#: A rate of zero (a serving round where no request met its SLOs) judged on the log scale:
+#: one request in ~12 days, so a fall to zero fails as the largest of drops, never log(0).
+RATE_FLOOR = 1e-6
+
+
+def round_series(bench: BenchmarkResult) -> dict[str, tuple[float, ...]]:
+    """Further per-round series a record carries (`extra_info.round_series`, e.g. a serving
+    cell's TTFT p50/p90, TPOT p50 and goodput: each round one load pass), judged like the
+    primary timing's rounds. A rate's zero is `RATE_FLOOR`; a series with another value that is
+    not a positive number is left out (nothing to judge on the log scale)."""
+    raw = bench.extra.get("round_series")
+    out: dict[str, tuple[float, ...]] = {}
+    if not isinstance(raw, dict):
+        return out
+    for name, values in raw.items():
+        if not isinstance(values, list) or not values:
+            continue
+        numbers = [_number(v) for v in values]
+        if higher_is_better(str(name)):
+            numbers = [RATE_FLOOR if v is not None and v <= 0 else v for v in numbers]
+        if all(v is not None and v > 0 and math.isfinite(v) for v in numbers):
+            out[str(name)] = tuple(v for v in numbers if v is not None)
+    return out
+
+
 def metric_values(bench: BenchmarkResult) -> dict[str, tuple[MetricKind, tuple[float, ...]]]:
-    """Every judged metric of one benchmark in one run: name -> (kind, values)."""
+    """Every judged metric of one benchmark in one run: name -> (kind, values).
+
+    A record with per-round series (`round_series`) is judged on those, not on its scalar
+    timings of the same family (a serving record's ITL percentiles are shown, not judged)."""
     primary = primary_metric(bench)
     out: dict[str, tuple[MetricKind, tuple[float, ...]]] = {primary: ("timing", bench.rounds_s)}
-    for name in (*SCALAR_TIMINGS, *MEMORY_METRICS):
+    series = round_series(bench)
+    for name, values in series.items():
+        out[name] = ("timing", values)
+    scalars = () if series else SCALAR_TIMINGS
+    for name in (*scalars, *MEMORY_METRICS):
         value = _number(bench.extra.get(name))
         if name != primary and value is not None and value > 0:
             out[name] = ("scalar", (value,))
@@ -120,6 +161,17 @@ def metric_values(bench: BenchmarkResult) -> dict[str, tuple[MetricKind, tuple[f
             value = _number(raw)
             if value is not None:
                 out[name] = ("exact", (value,))
+    return out
+
+
+def exact_values(bench: BenchmarkResult) -> dict[str, float]:
+    """The benchmark's deterministic byte counts (`is_exact_metric`); never the `accuracy_*`
+    fields, which are not judged (module docstring)."""
+    out: dict[str, float] = {}
+    for name, value in bench.extra.items():
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        if ok and name.endswith(EXACT_SUFFIXES) and is_exact_metric(name):
+            out[name] = float(value)
     return out
 
 

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from reports.analysis.changepoints import detect_steps
@@ -100,6 +100,20 @@ def log_ratios(base_s: Sequence[float], head_s: Sequence[float]) -> list[float]:
         if b <= 0 or h <= 0 or not math.isfinite(b + h):
             raise ValueError(f"round times must be positive and finite, got base {b} head {h}")
         out.append(math.log(h / b))
+    return out
+
+
+def paired_series(
+    base: Mapping[str, Sequence[float]],
+    head: Mapping[str, Sequence[float]],
+    higher_is_better: Callable[[str], bool],
+) -> list[tuple[str, list[float]]]:
+    """Per-round series both sides carry, as (name, per-pair log-ratios), oriented so that a
+    positive log-ratio is worse: log(base / head) for a higher-is-better series (goodput)."""
+    out = []
+    for name in [n for n in base if n in head]:
+        diffs = log_ratios(base[name], head[name])
+        out.append((name, [-d for d in diffs] if higher_is_better(name) else diffs))
     return out
 
 

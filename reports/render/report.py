@@ -59,6 +59,7 @@ from reports.render.quant import QuantTable, quant_tables
 from reports.render.roofline import RooflineChart
 from reports.render.runmode import Table as RunModeTable
 from reports.render.runmode import comparison_tables
+from reports.render.serve import ServeTable, serve_tables
 from reports.render.tables import (
     MatrixGrid,
     NowRow,
@@ -122,6 +123,7 @@ class MachineReport:
     quant: tuple[QuantTable, ...] = ()  # current run's quantized cells against unquantized ones
     accuracy_flags: tuple[Accuracy, ...] = ()  # current run's cells outside their accuracy bound
     tp: tuple[TpTable, ...] = ()  # current run's tp > 1 cells against their tp-1 twins
+    serve: tuple[ServeTable, ...] = ()  # current run's serving cells: latency against rate
 
     @property
     def consistency_summary(self) -> ConsistencySummary:
@@ -261,6 +263,7 @@ def build_machine(
         quant=tuple(quant_tables(current.benchmarks.values())),
         accuracy_flags=accuracy_flags(current.benchmarks.values()),
         tp=tuple(tp_tables(current.benchmarks.values())),
+        serve=tuple(serve_tables(current.benchmarks.values())),
         consistency=tuple(consistency_rows(current)),
         shift=shift,
         lean=lean,

@@ -34,6 +34,7 @@ from benchmarks.harness.matrix.axes import RUN_MODE_AXES
 from benchmarks.harness.matrix.fields import (
     AXES,
 )
+from benchmarks.harness.matrix.serving import SERVE_AXES, id_parts, params_value
 
 SCHEMA = 1
 
@@ -61,13 +62,14 @@ SETTING_MINIMUM: dict[str, int] = {"warmup": 0, "rounds": 1, "seed": 0, "min_tim
 # The timed benchmark modules a matrix may run (each module's MEASUREMENT); `measurements:` is
 # optional and defaults to all of them. A module left out is skipped with that reason. The KV
 # assertion (test_kv_cache) is not among them: it runs on every cell (DESIGN §4).
-MEASUREMENTS = ("prefill", "decode", "generate", "overhead")
+MEASUREMENTS = ("prefill", "decode", "generate", "overhead", "serve")
 TOP_LEVEL_KEYS = (
     "schema",
     "description",
     *AXES,
     *RUN_MODE_AXES,
     "tp",
+    *SERVE_AXES,
     *DEFAULT_SETTINGS,
     "max_cache_len",
     *KV_QUANT_SETTINGS,
@@ -105,6 +107,16 @@ class Cell:
     kv_residual: int | None = None
     # Tensor-parallel ranks (issue 32); None: the matrix has no `tp` axis, i.e. one device.
     tp: int | None = None
+    # Serving under load (DESIGN §13, `serving`); None: the matrix does not name the axis.
+    serve: str | None = None
+    continuous_batching: bool | None = None
+    request_rate: float | None = None
+    burstiness: float | None = None
+    max_concurrency: int | None = None
+    num_prompts: int | None = None
+    slo_ttft_ms: float | None = None
+    slo_tpot_ms: float | None = None
+    slo_e2el_ms: float | None = None
 
     @property
     def id(self) -> str:
@@ -134,6 +146,7 @@ class Cell:
                     parts.append(f"r{self.kv_residual}")
         if self.tp is not None:
             parts.append(f"tp{self.tp}")
+        parts.extend(id_parts(self))  # `-serve_transformers-cb_on-rate_4...` (serving.py)
         return "-".join(parts)
 
     @property
@@ -149,7 +162,9 @@ class Cell:
         )
         # A tp > 1 cell builds nothing in this process (its ranks load the model): its own key.
         sharded = (f"tp={self.tp}",) if self.tp_size > 1 else ()
-        return (self.model, self.device, self.dtype, *run_mode, *sharded)
+        # A serving cell builds nothing here either: cells sharing a server run together.
+        served = (f"serve={self.serve}", f"cb={self.continuous_batching}") if self.serve else ()
+        return (self.model, self.device, self.dtype, *run_mode, *sharded, *served)
 
     @property
     def tp_size(self) -> int:
@@ -205,10 +220,10 @@ class Cell:
         Run-mode axes (and `max_cache_len`) appear only when the cell has them.
         """
         flat: dict[str, str | int] = {name: getattr(self, name) for name in CELL_AXES}
-        for name in (*RUN_MODE_AXES, "max_cache_len", *KV_QUANT_SETTINGS, "tp"):
+        for name in (*RUN_MODE_AXES, "max_cache_len", *KV_QUANT_SETTINGS, "tp", *SERVE_AXES):
             value = getattr(self, name)
             if value is not None:
-                flat[name] = value
+                flat[name] = params_value(value)
         return flat
 
     def to_params(self) -> dict[str, str | int | None]:
@@ -231,7 +246,14 @@ class Cell:
         return cls(**{name: params[name] for name in names if name in params})
 
 
-_OPTIONAL_FIELDS = (*RUN_MODE_AXES, "max_cache_len", *KV_QUANT_SETTINGS, "min_timed_s", "tp")
+_OPTIONAL_FIELDS = (
+    *RUN_MODE_AXES,
+    "max_cache_len",
+    *KV_QUANT_SETTINGS,
+    "min_timed_s",
+    "tp",
+    *SERVE_AXES,
+)
 
 
 @dataclass(frozen=True)

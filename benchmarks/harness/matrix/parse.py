@@ -37,6 +37,7 @@ from benchmarks.harness.matrix.fields import (
     parse_excludes,
     whole_number,
 )
+from benchmarks.harness.matrix.serving import SERVE_AXES, check_serving, serving_axes
 
 
 def load_matrix(path: Path, models_dir: Path | None = None) -> Matrix:
@@ -141,6 +142,7 @@ def parse_matrix(data: Any, *, path: Path, known_models: Sequence[str]) -> Matri
             f"{where}: {' and '.join(kv_settings)} configure quantized KV caches, but no cell "
             "has a `kv_quant` other than none; add `kv_quant: [hqq4]` (say) or remove them"
         )
+    check_serving(cells, where)
     _check_unique(cells, where)
     return Matrix(
         path=path,
@@ -160,6 +162,7 @@ def _optional_axes(data: Mapping[str, Any], prefix: str) -> dict[str, list[Any]]
     }
     if "tp" in data:
         found["tp"] = tp_axis(data["tp"], f"{prefix}tp")
+    found.update(serving_axes(data, prefix))
     return found
 
 
@@ -263,6 +266,7 @@ def _includes(
         *CELL_AXES,
         *RUN_MODE_AXES,
         "tp",
+        *SERVE_AXES,
         *DEFAULT_SETTINGS,
         "max_cache_len",
         *KV_QUANT_SETTINGS,

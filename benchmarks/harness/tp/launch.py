@@ -28,11 +28,9 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -46,6 +44,7 @@ import transformers
 from benchmarks.harness.device.cpustate import allowed_cpus
 from benchmarks.harness.device.devices import dtype_name
 from benchmarks.harness.model.models import ModelSpec, build_model
+from benchmarks.harness.model.saved import save_once
 from benchmarks.harness.tp.bytes import TPError
 from benchmarks.harness.tp.files import RESULT_FILE, rank_file, read_json, stack_file, stack_frames
 from benchmarks.harness.tp.timing import threads_per_rank
@@ -107,33 +106,17 @@ def save_random_model(
                 f"{spec.checkpoint!r} is not one (download it once, point `checkpoint:` at it)"
             )
         return SavedModel(folder, True, 0.0, _weight_bytes(folder))
-    root = model_cache_root() if root is None else root
-    key = saved_model_key(spec, dtype, seed)
-    final = root / key
-    if (final / MARKER).is_file():
-        return SavedModel(final, True, 0.0, _weight_bytes(final))
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
-    try:
-        start = time.perf_counter()
+
+    def write(tmp: Path) -> dict[str, Any]:
         model = build_model(spec, torch.device("cpu"), dtype, seed)
         model.save_pretrained(tmp)
         del model
-        save_s = time.perf_counter() - start
-        size = _weight_bytes(tmp)
-        marker = {"name": spec.name, "dtype": dtype_name(dtype), "seed": seed, "save_s": save_s}
-        (tmp / MARKER).write_text(json.dumps(marker, sort_keys=True), encoding="utf-8")
-        try:
-            tmp.rename(final)  # atomic; fails when another run renamed its copy first
-        except OSError:
-            if not (final / MARKER).is_file():
-                raise
-            shutil.rmtree(tmp, ignore_errors=True)
-            return SavedModel(final, True, 0.0, _weight_bytes(final))
-        return SavedModel(final, False, save_s, size)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        return {"name": spec.name, "dtype": dtype_name(dtype), "seed": seed}
+
+    key = saved_model_key(spec, dtype, seed)
+    root = model_cache_root() if root is None else root
+    saved = save_once(root, key, write, marker=MARKER)
+    return SavedModel(saved.path, saved.reused, saved.save_s, _weight_bytes(saved.path))
 
 
 @dataclass(frozen=True)

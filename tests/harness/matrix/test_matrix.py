@@ -285,7 +285,7 @@ def test_include_entries_need_every_axis_and_valid_values():
 
 
 def test_measurements_default_to_every_timed_module():
-    assert parse(base()).measurements == ("prefill", "decode", "generate", "overhead")
+    assert parse(base()).measurements == ("prefill", "decode", "generate", "overhead", "serve")
 
 
 def test_measurements_select_timed_modules_in_file_order_without_repeats():
