@@ -154,6 +154,8 @@ def lint(session: nox.Session) -> None:
     session.run("mypy", "--strict", ".github/scripts")  # the workflows' stdlib-only helpers
     # actionlint reads .github/actionlint.yaml (the self-hosted `gpu` label).
     session.run("actionlint")
+    # The runner supervisor runs as root on the runner machines (docs/ci.md).
+    session.run("shellcheck", "--shell=bash", ".github/runner/phasebench-runner.sh")
     # Pedantic persona: every finding, code smells included; each accepted one is suppressed
     # in place with its reason. Online audits (impostor commits, version comments) run when
     # GH_TOKEN is set, as in CI; offline otherwise.

@@ -9,9 +9,14 @@ Rate limits: GitHub answers a spent budget with 403 *or* 429 (GITHUB_TOKEN: 1,00
 hour per repository). Per "Rate limits for the REST API" (docs.github.com, "Handle rate limit
 errors appropriately"): with `retry-after`, wait that many seconds; with `x-ratelimit-remaining:
 0`, wait until `x-ratelimit-reset` (epoch seconds); a secondary limit without either, at least
-a minute. Such a 403 is waited out like a 429 when the wait fits `max_rate_wait` (default 300 s:
-inside every job's timeout), else it raises at once with when to re-run; `ApiError.rate_limited`
-tells it from a 403 of missing permissions, which is never retried.
+a minute. Such a 403 is waited out like a 429 when the wait fits `max_rate_wait` (default 300 s)
+and the deadline, else it raises at once with when to re-run; `ApiError.rate_limited` tells it
+apart from a 403 of missing permissions, which is never retried.
+
+Deadline: a job's calls share one inside its `timeout-minutes` (`from_env`): no wait or retry
+runs past it, and a call after it raises
+`ApiError` with `deadline` set, so a job whose rate limit is spent still ends by itself and says
+what it could not post, instead of being cancelled by its timeout with nothing said.
 
 Deliberately not here: deciding anything from the answers.
 """
@@ -44,10 +49,13 @@ class ApiError(Exception):
     """A REST call failed; `status` is its HTTP status (0: no answer); `rate_limited` when
     GitHub refused it for a spent rate limit (a 403 or 429 with the limit's headers)."""
 
-    def __init__(self, message: str, status: int = 0, *, rate_limited: bool = False) -> None:
+    def __init__(
+        self, message: str, status: int = 0, *, rate_limited: bool = False, deadline: bool = False
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.rate_limited = rate_limited
+        self.deadline = deadline
 
 
 def rate_limit_wait(status: int, data: Any, headers: Mapping[str, str], now: float) -> float | None:
@@ -109,6 +117,7 @@ class GitHub:
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.time,
         max_rate_wait: float = 300.0,
+        deadline: float | None = None,
     ) -> None:
         if REPOSITORY.fullmatch(repo) is None:
             raise ApiError(f"GITHUB_REPOSITORY {repo!r} is not owner/name")
@@ -125,6 +134,11 @@ class GitHub:
         self._sleep = sleep
         self._clock = clock
         self._max_rate_wait = max_rate_wait
+        self._deadline = deadline
+
+    def _left(self) -> float:
+        """Seconds before the deadline (infinite without one)."""
+        return float("inf") if self._deadline is None else self._deadline - self._clock()
 
     def _call(self, method: str, path: str, payload: Any = None) -> Any:
         body = None if payload is None else json.dumps(payload).encode("utf-8")
@@ -132,34 +146,47 @@ class GitHub:
         if body is not None:
             headers["Content-Type"] = "application/json"
         where = f"{method} {path.split('?', maxsplit=1)[0]}"
-        status, waited, wait = 0, 0.0, None
+        status, waited, wait, late = 0, 0.0, None, False
         for attempt in range(1, self._attempts + 1):
+            if self._left() <= 0:
+                raise ApiError(
+                    f"{where} not sent: the job's deadline for API calls has passed "
+                    f"(after {attempt - 1} attempt(s))",
+                    status,
+                    deadline=True,
+                )
             answer = self._transport(method, f"{self._base}{path}", body, headers)
             status, data = answer[0], answer[1]
             got = {k.lower(): v for k, v in answer[2].items()} if len(answer) == 3 else {}
             if 200 <= status < 300:
                 return data
             wait = rate_limit_wait(status, data, got, self._clock())
-            if wait is not None and waited + wait > self._max_rate_wait:
+            if wait is not None and (waited + wait > self._max_rate_wait or wait >= self._left()):
                 raise ApiError(
                     f"{where} answered HTTP {status}: the token's API rate limit is spent for "
                     f"{wait:.0f} s more (x-ratelimit-remaining "
                     f"{got.get('x-ratelimit-remaining', '?')}, reset "
                     f"{got.get('x-ratelimit-reset', '?')}, retry-after "
                     f"{got.get('retry-after', '-')}), longer than this job waits "
-                    f"({self._max_rate_wait:.0f} s): re-run the job after the reset",
+                    f"({min(self._max_rate_wait - waited, max(self._left(), 0.0)):.0f} s): "
+                    "re-run the job after the reset",
                     status,
                     rate_limited=True,
+                    deadline=wait >= self._left(),
                 )
             if (wait is None and status not in RETRIED) or attempt == self._attempts:
                 break
             # 2, 4, 8 s for a transient failure; a rate limit's own wait when it names one.
             pause = max(2.0**attempt, wait or 0.0)
+            late = pause >= self._left()
+            if late:
+                break  # no retry fits before the deadline: the error below says what failed
             waited += pause if wait is not None else 0.0
             self._sleep(pause)
         text = "no answer (network)" if status == 0 else f"HTTP {status}"
         limited = status in (403, 429) and wait is not None
-        raise ApiError(f"{where} answered {text}", status, rate_limited=limited)
+        why = "; no retry fits before the job's deadline" if late else ""
+        raise ApiError(f"{where} answered {text}{why}", status, rate_limited=limited, deadline=late)
 
     def _pages(self, path: str, max_pages: int = 20) -> list[Any]:
         found: list[Any] = []
@@ -196,11 +223,38 @@ class GitHub:
         return self._pages(f"/actions/runs?head_sha={sha}&event={event}", max_pages=5)
 
     def statuses(self, sha: str) -> list[Any]:
-        """The commit statuses of `sha`, newest first (first page: the newest 100)."""
-        listing = self._call("GET", f"/commits/{sha}/statuses?per_page=100")
-        if not isinstance(listing, list):
-            raise ApiError(f"GET /commits/{sha[:12]}/statuses is not a list")
-        return listing
+        """The commit statuses of `sha`, newest first, every page (a commit that other tools
+        set 100 statuses on would push ours off the first)."""
+        return self._pages(f"/commits/{sha}/statuses", max_pages=10)
+
+    def run(self, run_id: int) -> Any:
+        """GET /actions/runs/{run_id}."""
+        return self._call("GET", f"/actions/runs/{run_id}")
+
+    def runs(self, query: str, max_pages: int = 5) -> list[Any]:
+        """Workflow runs of this repository (`query`: e.g. `status=queued&event=push`)."""
+        return self._pages(f"/actions/runs?{query}", max_pages=max_pages)
+
+    def jobs(self, run_id: int) -> list[Any]:
+        """The jobs of a run's latest attempt (`status`, `created_at`, `labels`, `name`)."""
+        return self._pages(f"/actions/runs/{run_id}/jobs?filter=latest", max_pages=5)
+
+    def cancel(self, run_id: int) -> Any:
+        """POST /actions/runs/{run_id}/cancel (`actions: write`)."""
+        return self._call("POST", f"/actions/runs/{run_id}/cancel", {})
+
+    def open_pulls(self, max_pages: int = 3) -> list[Any]:
+        """Open pull requests, the most recently updated first."""
+        return self._pages("/pulls?state=open&sort=updated&direction=desc", max_pages=max_pages)
+
+    def tree_of(self, sha: str) -> str:
+        """The tree of commit `sha` (GET /git/commits/{sha}; `contents: read`)."""
+        answer = self._call("GET", f"/git/commits/{sha}")
+        tree = answer.get("tree") if isinstance(answer, dict) else None
+        found = tree.get("sha") if isinstance(tree, dict) else None
+        if not isinstance(found, str) or SHA.fullmatch(found) is None:
+            raise ApiError(f"GET /git/commits/{sha[:12]} names no tree")
+        return found
 
     def create(self, number: int, body: str) -> Any:
         """POST a new comment on the PR."""
@@ -223,10 +277,21 @@ class GitHub:
 
 def from_env(env: Mapping[str, str], transport: Transport | None = None) -> GitHub:
     """The repository's API as a workflow step sees it: `GITHUB_API_URL` (default
-    api.github.com), `GITHUB_REPOSITORY`, `GITHUB_TOKEN`; ApiError for a malformed repository."""
+    api.github.com), `GITHUB_REPOSITORY`, `GITHUB_TOKEN`, and the deadline: `PHASEBENCH_DEADLINE`
+    (epoch seconds, set by a job's first step when several steps share it) or
+    `PHASEBENCH_BUDGET_S` (seconds from now, for a job whose one step makes the calls); ApiError
+    for a malformed repository or deadline."""
+    deadline = None
+    for name, base in (("PHASEBENCH_DEADLINE", 0.0), ("PHASEBENCH_BUDGET_S", time.time())):
+        raw = env.get(name, "").strip()
+        if raw and not raw.isdigit():
+            raise ApiError(f"{name} {raw[:40]!r} is not a whole number of seconds")
+        if raw and deadline is None:
+            deadline = base + float(raw)
     return GitHub(
         env.get("GITHUB_API_URL", "https://api.github.com"),
         env.get("GITHUB_REPOSITORY", ""),
         env.get("GITHUB_TOKEN", ""),
         transport or urllib_transport,
+        deadline=deadline,
     )

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from shard_stage import FOLDER, latest_shards, missing
 from stored_files import is_history_file, stored_name
+from workflow_log import emit_command
 
 PARTIAL = "PARTIAL"
 
@@ -63,7 +64,7 @@ def collect(
         for path in sorted((artifact / "data").rglob("*.json")):
             reason = is_history_file(path)
             if reason is not None:
-                print(f"::warning::skipping {path.relative_to(shards)}: {reason}")
+                emit_command("warning", f"skipping {path.relative_to(shards)}: {reason}")
                 continue
             data = path.read_bytes()
             target = into / cls / stored_name(data, run_id=run_id, shard=shard, now=when)
@@ -73,7 +74,7 @@ def collect(
     if reasons and expected is not None:
         into.mkdir(parents=True, exist_ok=True)
         (into / PARTIAL).write_text("".join(f"- {r}\n" for r in sorted(reasons)), "utf-8")
-        print(f"::warning::a partial run: {'; '.join(sorted(reasons))}")
+        emit_command("warning", f"a partial run: {'; '.join(sorted(reasons))}")
     return sorted(classes)
 
 

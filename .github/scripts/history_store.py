@@ -39,17 +39,21 @@ or rewriting stored history (history_prune.py, a maintainer's tool: docs/ci.md "
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+# `python -I` (how the workflows run this) leaves the script's own folder off sys.path.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
 import argparse
 import os
 import random
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 from history_collect import StoreError, collect, partial_note
 from history_location import LocationError, resolve
@@ -63,6 +67,7 @@ from stored_files import (
     is_history_file,
     run_key,
 )
+from workflow_log import emit, emit_command
 
 __all__ = ["StoreError", "collect", "fetch", "push", "select_runs", "stage"]  # tests and tools
 
@@ -196,10 +201,11 @@ def fetch(
     with tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp) / "store"
         if not _fetch_tip(repo, remote):
-            print(
-                f"::warning::no {BRANCH} branch at {remote}: every benchmark is new. Expected "
+            emit_command(
+                "warning",
+                f"no {BRANCH} branch at {remote}: every benchmark is new. Expected "
                 "only until the first push to main stores history there; if it persists, the "
-                "store writes elsewhere (check PHASEBENCH_HISTORY_REPOSITORY)"
+                "store writes elsewhere (check PHASEBENCH_HISTORY_REPOSITORY)",
             )
             return 0
         for cls in classes:
@@ -264,7 +270,7 @@ def _commit_on_tip(
             if match.group("hash") != content_hash(path.read_bytes()):
                 raise StoreError(f"{path}: its content does not match the hash in its name")
             if match.group("hash") in held:
-                print(f"already stored: {cls_dir.name}/{path.name} (same content)")
+                emit(f"already stored: {cls_dir.name}/{path.name} (same content)")
                 continue
             blob = _git(repo, "hash-object", "-w", "--", str(path)).stdout.strip()
             info = f"100644,{blob},{HISTORY}/{cls_dir.name}/{path.name}"
@@ -302,7 +308,7 @@ def push(remote: str, source: Path, message: str, *, attempts: int = 6) -> int:
             if result.returncode == 0:
                 print(f"stored {added} file(s) on {BRANCH}")
                 return added
-            print(f"push rejected (attempt {attempt}/{attempts}): {result.stderr.strip()}")
+            emit(f"push rejected (attempt {attempt}/{attempts}): {result.stderr.strip()}")
             if attempt < attempts:
                 time.sleep(random.uniform(1, 4) * attempt)  # another run pushed first
     raise StoreError(f"could not push to {BRANCH} after {attempts} attempts")
@@ -380,7 +386,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             push(args.remote or resolve(os.environ).url, args.source, args.message)
     except (StoreError, LayoutError, LocationError) as exc:
-        print(f"::error::history store: {exc}", file=sys.stderr)
+        emit_command("error", f"history store: {exc}", sys.stderr)
         return 1
     return 0
 

@@ -12,13 +12,11 @@ forks), when the number is among them.
 
 Trust: the headline comes from the `phasebench/gate` status that GitHub holds for the head
 commit (set by `github-actions[bot]`), never from the artifact. Before commenting, a fork's or
-Dependabot's head, which no run of theirs measures, gets that status as `error` unless a
-measured one stands (unmeasured_head.py): otherwise a check run that a fork's edited workflow
-names `phasebench/gate` would be the required check's only match. The artifact's summary and
-runner classes are shown only for a run whose workflow file was this repository's: a
-maintainer's dispatch (the default branch's workflow) or a pull_request run from a branch of
-this repository. A fork's pull_request run executes the fork's own workflow file, so its
-artifact can say anything; its PR gets the status line and a fixed note, nothing of the artifact.
+Dependabot's head gets that status as `error` unless one of ours stands (unmeasured_head.py).
+The artifact's summary and runner classes are shown only for a run whose workflow file was
+reviewed: a dispatch of the default branch, or a pull_request run from a branch of this
+repository. A fork's run executes the fork's own workflow file: its PR gets the status line and
+a fixed note, nothing of the artifact.
 
 Artifact layout (written by verdict.py in the bench workflow's `gate` job, uploaded as
 `pr-comment-<run attempt>`):
@@ -27,35 +25,39 @@ Artifact layout (written by verdict.py in the bench workflow's `gate` job, uploa
   ["cuda"]}`
 - `summary.md`: the gate's combined summary.
 
-Environment: `GITHUB_TOKEN`, `GITHUB_REPOSITORY`, `GITHUB_API_URL` (default api.github.com),
-`GITHUB_SERVER_URL` (the status's link to docs/ci.md), and
-from `github.event.workflow_run`: `RUN_HEAD_SHA`, `RUN_HEAD_REPOSITORY`
+Environment: `GITHUB_TOKEN`, `GITHUB_REPOSITORY`, `GITHUB_API_URL`, `GITHUB_SERVER_URL`,
+`DEFAULT_BRANCH`, and from `github.event.workflow_run`: `RUN_HEAD_SHA`, `RUN_HEAD_REPOSITORY`
 (`head_repository.full_name`), `RUN_HEAD_BRANCH`, `RUN_ATTEMPT`, `RUN_EVENT`,
 `RUN_PULL_REQUESTS` (JSON list), `RUN_URL`, `RUN_CONCLUSION`.
 
 Exit status: 0 when the comment was written or there was rightly nothing to post (no artifact,
-as on a `requested` event; a newer commit on the PR; an artifact of an earlier attempt); 1 when
-the artifact fails validation or the API refuses (after retries, github_api.py).
+as on `requested`; a newer commit on the PR; an earlier attempt's artifact); 1 when the artifact
+fails validation or the API refuses (after retries, github_api.py).
 
-Deliberately not here: deciding the check's verdict (the bench workflow's gate does that) and
-reading anything but `pr.json` and `summary.md` from the artifact.
+Deliberately not here: the check's verdict (the gate's) and anything of the artifact but
+`pr.json` and `summary.md`.
 """
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# `python -I` (how the workflow runs this) leaves the script's own folder off sys.path.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import argparse
 import json
 import os
 import re
-import sys
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from github_api import SHA, ApiError, GitHub, Transport, from_env, urllib_transport
 from unmeasured_head import BOT_LOGIN, STATUS_CONTEXT, bot_statuses, claim_from_env
+from workflow_log import emit, emit_command
 
 __all__ = ["ApiError", "GitHub", "Transport", "urllib_transport"]  # re-exported for callers
 
@@ -183,11 +185,12 @@ class RunHead:
     branch: str
     attempt: int
     event: str = "pull_request"
+    default_branch: str = ""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> RunHead:
         """From `RUN_HEAD_SHA`, `RUN_HEAD_REPOSITORY`, `RUN_HEAD_BRANCH`, `RUN_ATTEMPT`,
-        `RUN_EVENT`."""
+        `RUN_EVENT`, `DEFAULT_BRANCH`."""
         try:
             attempt = int(env.get("RUN_ATTEMPT") or "1")
         except ValueError as exc:
@@ -198,6 +201,7 @@ class RunHead:
             branch=env.get("RUN_HEAD_BRANCH", ""),
             attempt=attempt,
             event=env.get("RUN_EVENT", "pull_request"),
+            default_branch=env.get("DEFAULT_BRANCH", ""),
         )
 
 
@@ -207,18 +211,21 @@ def check_target(
     """None when the comment may go to `payload.pr_number`; else the benign reason it won't.
 
     `pull` is the API's answer for that PR. A forged or mismatched artifact raises
-    `CommentError`: its head (commit, repository, branch) must be the run's, the PR's head must
-    be the run's on all three, and when GitHub lists the run's pull requests its number must be
-    one of them. A maintainer's `workflow_dispatch` run (`run.event`) benchmarked the commit its
-    inputs named, so there the PR's head must be the artifact's on all three. A PR that is
-    closed or has moved on, or an artifact of another attempt than
-    the one that just completed (the latest attempt's upload replaces it), is not an error.
+    `CommentError`: its head (commit, repository, branch) must be the run's (a dispatch's: the
+    PR's), the PR's head must be the run's on all three, and where GitHub lists the run's pull
+    requests its number must be one of them. A PR that is closed or has moved on, or another
+    attempt's artifact, is not an error.
     """
     mine = (payload.head_sha, payload.head_repository, payload.head_branch)
     theirs = (run.sha, run.repository, run.branch)
     if run.event == "workflow_dispatch":
-        # A maintainer's dispatch runs the default branch's workflow and benchmarks the commit
-        # they named; the run's own head is the default branch, so the PR's head binds instead.
+        # A dispatch runs the dispatched branch's workflow file: only the default branch's is
+        # reviewed. Its own head is that branch, so the PR's head binds instead.
+        if not run.default_branch or run.branch != run.default_branch:
+            raise CommentError(
+                f"a dispatch of {run.repository}:{run.branch} ran that branch's workflow file, "
+                f"not {run.default_branch or 'the default branch'}'s: its artifact is not trusted"
+            )
         theirs = mine
     elif run.event != "pull_request":
         raise CommentError(f"a {run.event!r} run does not comment on pull requests")
@@ -351,8 +358,7 @@ def post(artifact: Path, env: Mapping[str, str], transport: Transport | None = N
         api.update(sticky, body)
         return f"updated comment {sticky} on PR #{payload.pr_number}"
     api.create(payload.pr_number, body)
-    # Commenters of different runs are not serialised (a concurrency group would cancel all
-    # but the newest pending one): two may create a comment at once. Keep the oldest.
+    # Commenters are not serialised (no concurrency group): two may create one. Keep the oldest.
     stickies = find_stickies(api.comments(payload.pr_number))
     for extra in stickies[1:]:
         api.delete(extra)
@@ -368,14 +374,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     code = 0
     try:  # first, so that the comment shows the status it sets
-        print(claim_from_env(os.environ, urllib_transport))
+        emit(claim_from_env(os.environ, urllib_transport))
     except ApiError as exc:
-        print(f"::error::{STATUS_CONTEXT} on an unmeasured head: {exc}", file=sys.stderr)
+        emit_command("error", f"{STATUS_CONTEXT} on an unmeasured head: {exc}", sys.stderr)
         code = 1
     try:
-        print(post(args.artifact, os.environ))
+        emit(post(args.artifact, os.environ))
     except ApiError as exc:
-        print(f"::error::pr comment: {exc}", file=sys.stderr)
+        emit_command("error", f"pr comment: {exc}", sys.stderr)
         return 1
     return code
 

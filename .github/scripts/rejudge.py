@@ -10,9 +10,15 @@ on the runner where the PR's code ran: its recorded settings are listed when the
 Time: the gate job has `timeout-minutes: 30` (bench.yml) for its setup, the downloads, the
 re-judges and the status. A job that hits its timeout is cancelled mid-step and sets no status,
 so the required check would stay "Expected". The re-judges therefore share one deadline
-(`REJUDGE_BUDGET_S` from the first), each at most `SHARD_TIMEOUT_S`; a shard that runs past its
+(`REJUDGE_BUDGET_S` from the first, and never later than `POST_RESERVE_S` before the job's API
+deadline, `PHASEBENCH_DEADLINE`), each at most `SHARD_TIMEOUT_S`; a shard that runs past its
 time, or that the deadline leaves no time for, raises `RejudgeError` with the reason, which the
-verdict turns into `error` for that shard while the step goes on to set the status.
+verdict turns into `error` for that shard while the post step goes on to set the status.
+
+Isolation: `reports.ab` runs as `python -I judge_module.py JUDGE reports.ab ...` (no PYTHON*
+variables, no user site, no current directory on sys.path: only the judge checkout and the
+hash-pinned venv's packages) with an environment of PATH, HOME, TMPDIR and the locale only: no
+token of any kind reaches it, even where the caller holds one.
 
 Deliberately not here: reading the verdicts (verdict.py), the statistics (reports.ab).
 """
@@ -20,11 +26,12 @@ Deliberately not here: reading the verdicts (verdict.py), the statistics (report
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +39,26 @@ from typing import Any
 # up to 3 times each) need the rest. A re-judge takes seconds; 80 shards fit comfortably.
 REJUDGE_BUDGET_S = 600.0
 SHARD_TIMEOUT_S = 300.0
+# What the post step keeps of the job's API deadline (label, statuses, a rate limit's wait).
+POST_RESERVE_S = 240.0
+_KEPT_ENV = ("PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "LC_CTYPE", "SYSTEMROOT")
+
+
+def isolated_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The re-judge's environment: no token, no PYTHON* or PIP_* variable, nothing else."""
+    return {key: env[key] for key in _KEPT_ENV if key in env}
+
+
+def budget_before(api_deadline: str, budget_s: float, now: float) -> float:
+    """The re-judges' budget: `budget_s`, cut to end `POST_RESERVE_S` before the job's API
+    deadline (`PHASEBENCH_DEADLINE`, epoch seconds; empty: none)."""
+    if not api_deadline.strip().isdigit():
+        return budget_s
+    return min(budget_s, float(api_deadline) - POST_RESERVE_S - now)
+
 
 Runner = Callable[..., "subprocess.CompletedProcess[str]"]
+LAUNCHER = Path(__file__).resolve().with_name("judge_module.py")
 
 
 class RejudgeError(Exception):
@@ -71,19 +96,27 @@ def rejudge_with(
         left = deadline - clock()
         if left <= 0:
             raise RejudgeError(
-                f"not re-judged: the {budget_s:.0f} s the gate gives all re-judges were spent, "
-                "so that the status is still set within the job's timeout; re-run the gate job"
+                f"not re-judged: the {max(budget_s, 0):.0f} s the gate gives all re-judges were "
+                "spent, so that the status is still set within the job's timeout; re-run the "
+                "gate job"
             )
         timeout = min(shard_timeout_s, left)
         context = data / "context.json"
         if context.is_file() and not context.is_symlink():
             shutil.copyfile(context, out / "context.json")  # shown in the report, never obeyed
-        command = [sys.executable, "-m", "reports.ab", "--settings", "own"]
-        command += ["--base", str(sides[0]), "--head", str(sides[1]), "--out", str(out)]
+        command = [sys.executable, "-I", str(LAUNCHER), str(judge_dir), "reports.ab"]
+        command += ["--settings", "own", "--base", str(sides[0]), "--head", str(sides[1])]
+        command += ["--out", str(out)]
         log = out / "rejudge.log"
         try:
             proc = (run or subprocess.run)(
-                command, cwd=judge_dir, capture_output=True, text=True, timeout=timeout, check=False
+                command,
+                cwd=judge_dir,
+                env=isolated_env(os.environ),
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
             )
         except subprocess.TimeoutExpired as exc:  # run() has killed it
             log.write_text(_text(exc.stdout) + _text(exc.stderr), encoding="utf-8")

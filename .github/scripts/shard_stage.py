@@ -25,15 +25,21 @@ Deliberately not here: reading or storing history (history_store.py) and judging
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+# `python -I` (how the workflows run this) leaves the script's own folder off sys.path.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
 import argparse
 import json
 import os
 import re
 import shutil
-import sys
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
+
+from workflow_log import emit_command
 
 CLASS = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 FOLDER = re.compile(
@@ -156,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         gone = missing(args.shards, expect(args.expect))
     except LayoutError as exc:
-        print(f"::error::shard check: {exc}", file=sys.stderr)
+        emit_command("error", f"shard check: {exc}", sys.stderr)
         return 1
     for name in gone:
         print(f"not downloaded: {name} (no artifact of any attempt)")

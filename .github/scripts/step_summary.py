@@ -19,16 +19,15 @@ def section(name: str, path: Path) -> str:
     return f"#### {name}\n\n{text.strip()}\n"
 
 
-def fit(head: str, parts: Sequence[str], budget: int = MAX_SUMMARY_BYTES) -> str:
-    """`head` whole, then each part cut to an equal share of what is left (UTF-8 bytes).
+def cut_parts(parts: Sequence[str], budget: int = MAX_SUMMARY_BYTES) -> list[str]:
+    """Each part cut to an equal share of `budget` (UTF-8 bytes), at a line end, saying so.
 
-    A part longer than its share is cut at a line end and says so; the shares of short parts
-    are not redistributed (simple, and the cut parts point to the full report).
+    The shares of short parts are not redistributed (simple, and the cut parts point to the
+    full report).
     """
     note = "\n\n_(cut to fit GitHub's step summary limit; the full text is in the artifacts)_\n"
-    room = max(budget - len(head.encode("utf-8")), 0)
-    share = room // max(len(parts), 1)
-    out = [head]
+    share = max(budget, 0) // max(len(parts), 1)
+    out = []
     for part in parts:
         data = part.encode("utf-8")
         if len(data) <= share:
@@ -36,4 +35,10 @@ def fit(head: str, parts: Sequence[str], budget: int = MAX_SUMMARY_BYTES) -> str
             continue
         keep = data[: max(share - len(note.encode("utf-8")), 0)].decode("utf-8", "ignore")
         out.append(keep[: keep.rfind("\n") + 1] + note)
-    return "\n".join(out).rstrip() + "\n"
+    return out
+
+
+def fit(head: str, parts: Sequence[str], budget: int = MAX_SUMMARY_BYTES) -> str:
+    """`head` whole, then each part cut to an equal share of what is left (`cut_parts`)."""
+    room = budget - len(head.encode("utf-8"))
+    return "\n".join([head, *cut_parts(parts, room)]).rstrip() + "\n"

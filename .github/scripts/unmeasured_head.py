@@ -21,7 +21,9 @@ completes. It believes only GitHub's event fields (`head_repository`, `head_sha`
 
 It never overwrites a verdict: a head that already carries a `phasebench/gate` status set by the
 workflows' bot (a maintainer's dispatch may have measured that very commit) is left alone, and a
-measured status that lands between our read and our write is set again on top of ours.
+verdict (gate_status.py: a description tagged with its runner classes) that lands between our
+read and our write is set again on top of ours. bench-claim.yml (`pull_request_target`) makes the
+same claim when the PR opens, whether or not a `bench` run starts.
 
 Environment: `GITHUB_TOKEN`, `GITHUB_REPOSITORY`, `GITHUB_API_URL`, `GITHUB_SERVER_URL`, and
 from `github.event.workflow_run`: `RUN_EVENT`, `RUN_HEAD_SHA`, `RUN_HEAD_REPOSITORY`,
@@ -34,38 +36,18 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gate_status import (
+    BOT_LOGIN,
+    DEPENDABOT,
+    STATUS_CONTEXT,
+    bot_statuses,
+    is_claim,
+    unmeasured_description,
+)
 from github_api import SHA, ApiError, GitHub, Transport, from_env
 
-STATUS_CONTEXT = "phasebench/gate"
-BOT_LOGIN = "github-actions[bot]"  # who GITHUB_TOKEN acts as: the GitHub Actions app's bot
-DEPENDABOT = "dependabot[bot]"
-# Starts the description of our placeholder, so that it is never mistaken for (or restored as)
-# a verdict. verdict.py sets the same placeholder when a run of such a head measured nothing
-# (commit_status.py; a test keeps the two equal).
-CLAIM_PREFIX = "not measured"
-
-
-def unmeasured_description(why: str) -> str:
-    """The placeholder's description on a head nobody measured (`why`: whose head)."""
-    return f"{CLAIM_PREFIX} ({why}): needs a maintainer's dispatch (review it, run bench: pr, sha)"
-
-
-def bot_statuses(statuses: Sequence[Any]) -> list[dict[str, Any]]:
-    """The `phasebench/gate` statuses the workflows' bot set, newest first (as the API lists)."""
-    return [
-        status
-        for status in statuses
-        if isinstance(status, dict)
-        and status.get("context") == STATUS_CONTEXT
-        and isinstance(status.get("creator"), dict)
-        and status["creator"].get("login") == BOT_LOGIN
-    ]
-
-
-def is_claim(status: Mapping[str, Any]) -> bool:
-    """Whether a status is a placeholder for an unmeasured head rather than a judged verdict."""
-    description = str(status.get("description") or "")
-    return status.get("state") == "error" and description.startswith(CLAIM_PREFIX)
+# Re-exported: pr_comment.py and the tests know them as this module's.
+__all__ = ["BOT_LOGIN", "STATUS_CONTEXT", "bot_statuses", "is_claim", "unmeasured_description"]
 
 
 def unmeasured_because(

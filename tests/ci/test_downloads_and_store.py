@@ -283,11 +283,13 @@ def test_the_token_reaches_only_the_base_fetch_never_a_step_that_runs_head_code(
         assert base["run"].index("unset basic") < base["run"].index("git worktree add")
         assert "READ_TOKEN" not in ab["run"]
         assert "nox" not in base["run"]
-        # No head code runs before the token step: only the input check and checkout precede
-        # it (a doctor before it could put its own `git` on GITHUB_PATH to catch the token).
+        # No head code runs before the token step: only the checks of the inputs and of the
+        # runner, the emptied workspace and checkout precede it (a doctor before it could put
+        # its own `git` on GITHUB_PATH to catch the token).
         steps = tw.steps(job)
         before = steps[: steps.index(base)]
-        assert all("uses" in s or s["name"] == "Check the dispatch inputs" for s in before), name
+        ours = ("Check the dispatch inputs", "Refuse a runner", "Start from an empty workspace")
+        assert all("uses" in s or s["name"].startswith(ours) for s in before), name
         assert steps.index(base) < steps.index(tw.step(job, "nox -s doctor")) < steps.index(ab)
         # Within the job's limit with the doctor: the upload still runs after a timeout.
         steps = ("nox -s doctor", "Fetch", "nox -s ab")

@@ -304,18 +304,22 @@ def test_a_404_from_the_pulls_api_still_sets_the_status(tmp_path):
 
 
 def test_transient_failures_are_retried(tmp_path, monkeypatch):
-    monkeypatch.setattr(verdict, "GitHub", _no_sleep(verdict.GitHub))
+    _no_sleep(monkeypatch)
     tpc.shard(tmp_path / "shards", "cuda", 0, "ab", ab_status="pass")
     gh = tpc.FakeGitHub(status={("POST", f"/statuses/{SHA}"): [502, 0, 201]})
     assert verdict.run(tpc.verdict_args(tmp_path), tpc.PR_ENV, gh) == 0
     assert len(tpc.statuses(gh)) == 3
 
 
-def _no_sleep(cls):
-    def make(*args, **kwargs):
-        return cls(*args, **kwargs, sleep=lambda _s: None)
+def _no_sleep(monkeypatch):
+    """The post step's API client without the real waits between retries."""
+    github_api = sys.modules["github_api"]
+    real = github_api.GitHub
 
-    return make
+    def make(*args, **kwargs):
+        return real(*args, **kwargs, sleep=lambda _s: None)
+
+    monkeypatch.setattr(github_api, "GitHub", make)
 
 
 @pytest.mark.parametrize(
@@ -328,7 +332,7 @@ def test_a_status_that_cannot_be_set_fails_the_job_unless_the_token_is_read_only
     tmp_path, monkeypatch, capsys, case
 ):
     head_repository, code, exit_code = case
-    monkeypatch.setattr(verdict, "GitHub", _no_sleep(verdict.GitHub))
+    _no_sleep(monkeypatch)
     tpc.shard(tmp_path / "shards", "cuda", 0, "ab", ab_status="pass")
     gh = tpc.FakeGitHub(status={("POST", f"/statuses/{SHA}"): code})
     env = {**tpc.PR_ENV, "HEAD_REPOSITORY": head_repository}

@@ -96,6 +96,7 @@ def event_env(event="workflow_run_event.json", **overrides):
         "RUN_PULL_REQUESTS": json.dumps(run["pull_requests"]),
         "RUN_URL": run["html_url"],
         "RUN_CONCLUSION": run["conclusion"],
+        "DEFAULT_BRANCH": "main",
     }
     env.update(overrides)
     return env
@@ -569,7 +570,8 @@ def test_on_main_the_history_gate_decides_and_no_comment_artifact_is_written(tmp
     assert verdict.run(args, env, gh) == 1
     assert not (tmp_path / "pr-comment").exists()
     assert "| decode | fail |" in (tmp_path / "out" / "summary.md").read_text()
-    assert [c[1] for c in gh.calls] == [f"/statuses/{'d' * 40}"]  # no label lookup on main
+    assert [c[1] for c in gh.calls if c[0] == "POST"] == [f"/statuses/{'d' * 40}"]
+    assert not any(c[1].startswith(("/pulls/", "/issues/")) for c in gh.calls)  # no label lookup
 
 
 FAKE_REPORTS_AB = """

@@ -126,16 +126,16 @@ def test_a_status_of_that_name_from_anyone_else_does_not_stand_for_ours():
 def test_a_verdict_landing_between_our_read_and_write_is_set_again_on_top():
     """A maintainer's dispatch finishes while the claim runs: the newest status counts."""
     measured = {
-        **tpc.gate_status("success", "no regression beyond noise"),
+        **tpc.gate_status("success", "no regression beyond noise [cuda]"),  # a verdict's tag
         "id": 6999,
         "target_url": "https://github.com/phasebench/phasebench/actions/runs/5",
     }
     gh = StatusBoard(meanwhile=measured)
     assert "set again on top" in uh.claim_from_env(fork_env(), gh)
     states = [(body["state"], body["description"]) for _, body in posted(gh)]
-    assert states[-1] == ("success", "no regression beyond noise")
+    assert states[-1] == ("success", "no regression beyond noise [cuda]")
     assert posted(gh)[-1][1]["target_url"] == measured["target_url"]
-    assert pc.gate_status(gh.commit_statuses) == ("success", "no regression beyond noise")
+    assert pc.gate_status(gh.commit_statuses) == ("success", "no regression beyond noise [cuda]")
 
 
 def test_a_concurrent_claim_is_not_mistaken_for_a_verdict():
