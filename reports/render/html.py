@@ -26,7 +26,7 @@ import jinja2
 
 from reports.analysis.flags import implausible
 from reports.analysis.series import Verdict
-from reports.render import quant, tp
+from reports.render import engines, quant, tp
 from reports.render.changes import change_text, first_screen, interval_text, mde_text
 from reports.render.report import MachineReport, Report
 from reports.render.roofline import RooflineChart
@@ -172,6 +172,11 @@ def environment(markdown: bool) -> jinja2.Environment:
         quant_accuracy=quant.accuracy_cells,
         tp_cell=tp.cell_text,
         tp_ranks=tp.rank_text,
+        engine_value=engines.figure_text,
+        engine_ratio=engines.ratio_text,
+        engine_better=engines.better_text,
+        engine_verdict=engines.verdict_text,
+        engine_note=engines.field_note,
     )
     return env
 

@@ -54,6 +54,7 @@ from reports.analysis.trends import (
 )
 from reports.history.load import History, Run, SkippedFile
 from reports.history.selection import Comparison, Selection, StackChange, StackMark
+from reports.render.engines import EngineTable, engine_tables
 from reports.render.headline import EarlierRun, Status, status
 from reports.render.quant import QuantTable, quant_tables
 from reports.render.roofline import RooflineChart
@@ -122,6 +123,7 @@ class MachineReport:
     quant: tuple[QuantTable, ...] = ()  # current run's quantized cells against unquantized ones
     accuracy_flags: tuple[Accuracy, ...] = ()  # current run's cells outside their accuracy bound
     tp: tuple[TpTable, ...] = ()  # current run's tp > 1 cells against their tp-1 twins
+    engines: tuple[EngineTable, ...] = ()  # current run's torch and MLX cells side by side
 
     @property
     def consistency_summary(self) -> ConsistencySummary:
@@ -261,6 +263,7 @@ def build_machine(
         quant=tuple(quant_tables(current.benchmarks.values())),
         accuracy_flags=accuracy_flags(current.benchmarks.values()),
         tp=tuple(tp_tables(current.benchmarks.values())),
+        engines=tuple(engine_tables(current.benchmarks.values())),
         consistency=tuple(consistency_rows(current)),
         shift=shift,
         lean=lean,
