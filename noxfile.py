@@ -33,7 +33,8 @@ HISTORY_DIR = ".benchmarks"
 REPORT_DIR = "out"
 # Benchmark sessions see the interpreter's own site-packages so that a user's torch is reused.
 SYSTEM_SITE = ["--system-site-packages"]
-# mlx-lm (the `mlx` group, docs/mlx.md) needs transformers >= 5.7: older ones run without it.
+# mlx-lm (the `mlx` group, docs/mlx.md) declares transformers >= 5.7: pip will not install it
+# beside an older one, whose sessions run without it.
 MLX_TRANSFORMERS = (5, 7)
 
 

@@ -37,7 +37,6 @@ from benchmarks.harness.device.cpustate import OthersCpuMeter
 from benchmarks.harness.device.devices import device_unavailable_reason, resolve_device
 from benchmarks.harness.device.fingerprint import mps_fallback_refusal
 from benchmarks.harness.device.fpstate import pin_fp_state
-from benchmarks.harness.device.memory import release_cached_memory
 from benchmarks.harness.device.noise import thermal_state
 from benchmarks.harness.engine import make_prompt
 from benchmarks.harness.matrix.cells import Cell
@@ -218,7 +217,7 @@ def loaded(
         for name in ("last_type", "last_value", "last_traceback", "last_exc"):
             if hasattr(sys, name):
                 setattr(sys, name, None)
-        release_cached_memory(device)
+        loaded.releaser()()  # the engine's own: the torch allocator's cached blocks, or MLX's
 
 
 @pytest.fixture

@@ -2,8 +2,9 @@
 
 mlx is optional (pyproject's `mlx` dependency group): nothing in `benchmarks.harness` imports it
 at module level, and a cell with `engine: mlx` on a machine without it is skipped at collection
-with `INSTALL` as the fix. mlx-lm 0.32 needs transformers >= 5.7 (it imports transformers' tokenizer
-classes when it is imported), so on transformers 4.x the reason says that instead.
+with `INSTALL` as the fix. mlx-lm 0.32.2 declares transformers >= 5.7 (pip will not install it
+beside 4.x) and imports transformers when it is imported: if that import fails, the reason says
+so, naming the requirement.
 
 It deliberately does not build or run anything.
 """
@@ -44,7 +45,7 @@ def unavailable_reason() -> str | None:
     except Exception as error:  # an mlx-lm too new for this transformers, a broken wheel
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         return (
-            f"engine mlx: mlx-lm does not import here ({first}); mlx-lm {MLX_LM_VERSION} needs "
+            f"engine mlx: mlx-lm does not import here ({first}); mlx-lm {MLX_LM_VERSION} declares "
             "transformers >= 5.7"
         )
     return None

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,8 +93,7 @@ def build(spec: ModelSpec, *, dtype: str, seed: int, quant: str, device: Any) ->
         if spec.source == "checkpoint":
             from mlx_lm.utils import load_model  # noqa: PLC0415 - optional dependency
 
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            model, config = load_model(checkpoint_dir(spec), lazy=True)
+            model, config = load_model(checkpoint_dir(spec), lazy=True)  # a local directory
         else:
             model_class, args_class = model_classes(config)
             mx.random.seed(seed)

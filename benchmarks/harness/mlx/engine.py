@@ -13,9 +13,10 @@
 * `prefill`, `client_generate`, `generate`: the client's view (host ids in, token ids to the host
   as numpy) and the recorded pass (`generate`: allocated and used KV bytes, MLX's memory
   counters and CPU time at every phase boundary), as the torch engine's.
-* `snapshot` / `restore`: a cache frozen at P positions, restored as fresh copies of its arrays
-  (evaluated before the round), so a timed step updates arrays only it holds, in place, as in
-  mlx-lm's own loop; an aliased restore would add a copy of the whole cache to every step.
+* `snapshot` / `restore`: a cache frozen at P positions on the host (numpy, outside MLX's
+  allocator and its peak), restored as new MLX arrays evaluated before the round, so a timed
+  step updates arrays only it holds, in place, as in mlx-lm's own loop; a restore that aliased
+  the snapshot would add a copy of the whole cache to every step.
 
 The caches are mlx-lm's (`make_prompt_cache`, or `QuantizedKVCache` per layer for `kv_quant`
 mlx4 / mlx8). It deliberately does not sample, stop at EOS, or use mlx-lm's `generate` (whose
@@ -51,6 +52,18 @@ def prefill_updates(prompt_len: int, step: int = PREFILL_STEP) -> list[int]:
         chunks.append(min(step, rest))
         rest -= chunks[-1]
     return [*chunks, 1]
+
+
+# numpy holds a snapshot's arrays as unsigned ints of the same width (`_to_host`).
+_UINTS = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}
+
+
+@dataclass(frozen=True)
+class _HostArray:
+    """An MLX array's bytes on the host, and its MLX dtype."""
+
+    data: np.ndarray[Any, Any]
+    dtype: Any
 
 
 @dataclass(frozen=True, eq=False)
@@ -230,30 +243,47 @@ class MlxEngine:
 
     # --- fixed-context decode rounds -----------------------------------------------------------
 
-    def _copy(self, cache: list[Any]) -> list[Any]:
+    def _to_host(self, cache: list[Any]) -> list[tuple[Any, Any]]:
+        """Each layer's class and state, its arrays as numpy (off MLX's allocator)."""
         mx = self._mx
 
-        def copied(value: Any) -> Any:
+        def host(value: Any) -> Any:
             if isinstance(value, mx.array):
-                return mx.array(value)  # a new buffer (an alias would be copied inside the step)
+                # As unsigned ints of the same width: numpy has no bfloat16.
+                bits = _UINTS[value.dtype.size]
+                return _HostArray(np.array(mx.view(value, getattr(mx, bits))), value.dtype)
             if isinstance(value, tuple | list):
-                return type(value)(copied(v) for v in value)
+                return type(value)(host(v) for v in value)
             return value
 
-        fresh = [type(layer).from_state(copied(layer.state)) for layer in cache]
+        return [(type(layer), host(layer.state)) for layer in cache]
+
+    def _from_host(self, layers: list[tuple[Any, Any]]) -> list[Any]:
+        """New caches whose arrays are new MLX buffers (evaluated here, untimed)."""
+        mx = self._mx
+
+        def device(value: Any) -> Any:
+            if isinstance(value, _HostArray):
+                return mx.view(mx.array(value.data), value.dtype)
+            if isinstance(value, tuple | list):
+                return type(value)(device(v) for v in value)
+            return value
+
+        fresh = [kind.from_state(device(state)) for kind, state in layers]
         fence(_state(fresh))
         return fresh
 
     def snapshot(self, cache: list[Any]) -> CacheSnapshot:
-        """The cache frozen at its positions (a copy), restorable any number of times."""
+        """The cache frozen at its positions, on the host (as torch keeps an accelerator's: a
+        timed round's memory peak holds only its own cache), restorable any number of times."""
         found = measure(cache)
         return CacheSnapshot(
-            cache=self._copy(cache), seq_len=found.positions, kv_bytes=found.allocated_bytes
+            cache=self._to_host(cache), seq_len=found.positions, kv_bytes=found.allocated_bytes
         )
 
     def restore(self, snapshot: CacheSnapshot) -> list[Any]:
         """A fresh copy of the snapshot's cache (evaluated now, before the round's clock)."""
-        cache = self._copy(snapshot.cache)
-        if measure(cache).positions != snapshot.seq_len:  # a bug in `_copy`, not a user error
+        cache = self._from_host(snapshot.cache)
+        if measure(cache).positions != snapshot.seq_len:  # a bug in `_from_host`, not the user's
             raise RuntimeError(f"restored cache does not hold {snapshot.seq_len} positions")
         return cache
