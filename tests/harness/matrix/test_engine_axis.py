@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from benchmarks.harness.errors import MatrixError
 from benchmarks.harness.matrix.cells import Cell
@@ -80,3 +81,16 @@ def test_the_mlx_matrices_load_and_pair_every_mlx_cell_with_a_torch_twin(name):
     for cell in mlx:
         if cell.quant is None and cell.kv_quant is None:
             assert cell.id.removesuffix("-engine_mlx") in ids, cell.id
+
+
+def test_naming_the_axis_kept_every_torch_id_of_mps_yaml():
+    """matrix/mps.yaml gained `engine: [torch, mlx]`: its torch cells' ids (history keys) are
+    exactly the ids the file had without the axis."""
+    path = ROOT / "matrix" / "mps.yaml"
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data.pop("engine")
+    known = tuple(p.stem for p in (ROOT / "matrix" / "models").glob("*.yaml"))
+    before = parse_matrix(data, path=path, known_models=known).ids
+    now = load_matrix(path)
+    assert tuple(c.id for c in now.cells if c.engine_name == "torch") == before
+    assert sum(c.engine_name == "mlx" for c in now.cells) == len(before)

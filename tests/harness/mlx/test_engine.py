@@ -6,6 +6,7 @@ snapshot and restore keep the positions and bytes; weights are stored as predict
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,9 @@ import torch
 import yaml
 
 from benchmarks.harness.engine import make_prompt
+from benchmarks.harness.errors import ModelError
 from benchmarks.harness.matrix.cells import Cell
+from benchmarks.harness.mlx import kvplan
 from benchmarks.harness.mlx.loaded import build_loaded
 from benchmarks.harness.model.models import MODELS_DIR, build_model, load_model_spec
 from tests.harness.mlx.mlxskip import needs_mlx
@@ -156,3 +159,23 @@ def test_a_checkpoint_loads_through_mlx_lms_loader(tmp_path):
     expected = torch_model.model.embed_tokens.weight.detach().numpy()
     assert abs(float(embed[3, 5].item()) - float(expected[3, 5])) < 1e-6  # the saved weights
     _generation_matches(loaded, cell)
+
+
+def test_each_check_fails_on_its_defect(tmp_path, monkeypatch):
+    """A plan mlx-lm does not follow fails the build; a dense model of another size, and used
+    bytes that are not the prediction's, are named mismatches."""
+    cell = _cell("tiny-llama", 24, 3)
+    loaded = _build(cell)
+    wrong = replace(loaded, torch_dense_bytes=loaded.torch_dense_bytes + 4)
+    assert "not the same architecture" in (wrong.weights_mismatch() or "")
+    result = loaded.engine.generate(_prompt(loaded, cell), cell.new_tokens)
+    off = replace(result, kv_used_bytes=(*result.kv_used_bytes[:-1], result.kv_used_bytes[-1] + 1))
+    assert loaded.kv(cell).checks(None, off) == [
+        f"after decode step 2: used bytes analytic {result.kv_used_bytes[-1]}, measured "
+        f"{result.kv_used_bytes[-1] + 1}"
+    ]
+    rules = dict(kvplan._SLIDING_RULES)
+    rules["llama"] = lambda config, layers: [None] * layers  # a rule that ignores the windows
+    monkeypatch.setattr(kvplan, "_SLIDING_RULES", rules)
+    with pytest.raises(ModelError, match=r"makes caches .*RotatingKVCache.* plan says"):
+        _build(_cell("tiny-llama-swa", 24, 3), _sliding_llama(tmp_path))
