@@ -44,8 +44,9 @@ from benchmarks.harness.mlx.runtime import MlxCounters, fence, mx_device, mx_mod
 PREFILL_STEP = 2048
 
 
-def prefill_updates(prompt_len: int, step: int = PREFILL_STEP) -> list[int]:
+def prefill_updates(prompt_len: int) -> list[int]:
     """Positions each prefill forward adds to the cache: chunks of the first P - 1, then 1."""
+    step = PREFILL_STEP  # read at call time (a test shortens it to chunk a short prompt)
     chunks: list[int] = []
     rest = prompt_len - 1
     while rest > 0:

@@ -16,6 +16,7 @@ import yaml
 from benchmarks.harness.engine import make_prompt
 from benchmarks.harness.errors import ModelError
 from benchmarks.harness.matrix.cells import Cell
+from benchmarks.harness.mlx import engine as mlx_engine
 from benchmarks.harness.mlx import kvplan
 from benchmarks.harness.mlx.loaded import build_loaded
 from benchmarks.harness.model.models import MODELS_DIR, build_model, load_model_spec
@@ -179,3 +180,12 @@ def test_each_check_fails_on_its_defect(tmp_path, monkeypatch):
     monkeypatch.setattr(kvplan, "_SLIDING_RULES", rules)
     with pytest.raises(ModelError, match=r"makes caches .*RotatingKVCache.* plan says"):
         _build(_cell("tiny-llama-swa", 24, 3), _sliding_llama(tmp_path))
+
+
+def test_a_prompt_in_several_chunks_is_exact(monkeypatch):
+    """mlx-lm's chunked prefill (2,048 positions a chunk; 64 here, so P = 300 takes five chunks
+    and the last token): the cache grows and trims chunk by chunk, as predicted."""
+    monkeypatch.setattr(mlx_engine, "PREFILL_STEP", 64)
+    assert mlx_engine.prefill_updates(300) == [64, 64, 64, 64, 43, 1]
+    cell = _cell("tiny-llama", 300, 4)
+    _generation_matches(_build(cell), cell)
