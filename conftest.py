@@ -189,9 +189,11 @@ def pytest_benchmark_update_machine_info(
     from benchmarks.suite.rounds import ACCELERATOR, MATRIX  # noqa: PLC0415
 
     accelerator = config.stash.get(ACCELERATOR, None)
-    # H4: a run without an accelerator cell is fingerprinted as the CPU, even on a GPU box.
-    fingerprint = machine_fingerprint(resolve_device(accelerator or "cpu"))
     matrix = config.stash.get(MATRIX, None)
+    # H4: a run without an accelerator cell is fingerprinted as the CPU, even on a GPU box; a
+    # run with MLX cells records mlx and mlx-lm in its stack (DESIGN §14).
+    uses_mlx = matrix is not None and any(c.engine_name == "mlx" for c in matrix.cells)
+    fingerprint = machine_fingerprint(resolve_device(accelerator or "cpu"), mlx=uses_mlx)
     # update, not replace: other hooks (the partial-run flag) add their own keys
     machine_info.setdefault("phasebench", {}).update(
         {

@@ -38,6 +38,16 @@ HISTORY_DIR = ".benchmarks"
 REPORT_DIR = "out"
 # Benchmark sessions see the interpreter's own site-packages so that a user's torch is reused.
 SYSTEM_SITE = ["--system-site-packages"]
+# mlx-lm (the `mlx` group, docs/mlx.md) declares transformers >= 5.7: pip will not install it
+# beside an older one, whose sessions run without it.
+MLX_TRANSFORMERS = (5, 7)
+
+
+def _with_mlx(transformers: str) -> tuple[str, ...]:
+    """The `mlx` group where mlx-lm can run next to `transformers` (its markers pick the wheel
+    per platform: Metal on Apple silicon, the CPU build on Linux, nothing elsewhere)."""
+    major_minor = tuple(int(part) for part in transformers.split(".")[:2])
+    return ("mlx",) if major_minor >= MLX_TRANSFORMERS else ()
 
 
 def _groups(*names: str) -> list[str]:
@@ -96,7 +106,9 @@ def _torch_constraint(session: nox.Session) -> str:
 @nox.parametrize("transformers", TRANSFORMERS_VERSIONS)
 def tests(session: nox.Session, transformers: str) -> None:
     """Run the suite's own fast CPU tests (the README's test command)."""
-    _install(session, "test", extra=(f"transformers=={transformers}",))
+    # With mlx where it fits (Linux CI runs the MLX tests on mlx's CPU device); on transformers
+    # 4.46 the MLX tests skip with the reason.
+    _install(session, "test", *_with_mlx(transformers), extra=(f"transformers=={transformers}",))
     # Exit 5 means pytest collected nothing (a -k filter in posargs); that is not a failure.
     # The test workers share the machine's cores, each with torch's default thread count: with
     # libgomp's spinning default they collapse each other's parallel regions (4-20x on 2 cores),
@@ -262,8 +274,20 @@ def bench_cuda_serve(session: nox.Session) -> None:
 
 @nox.session(name="bench-mps", venv_params=SYSTEM_SITE)
 def bench_mps(session: nox.Session) -> None:
-    """Run matrix/mps.yaml on Apple silicon, save history, render the report."""
-    _bench(session, "mps", "matrix/mps.yaml")
+    """Run matrix/mps.yaml on Apple silicon (torch MPS and MLX), save history, render the report."""
+    _bench(session, "mps", "matrix/mps.yaml", "mlx")
+
+
+@nox.session(name="bench-mps-mlx", venv_params=SYSTEM_SITE)
+def bench_mps_mlx(session: nox.Session) -> None:
+    """Run matrix/mps-mlx.yaml: torch MPS and MLX side by side, mlx4/mlx8 weights (docs/mlx.md)."""
+    _bench(session, "mps", "matrix/mps-mlx.yaml", "mlx")
+
+
+@nox.session(name="bench-cpu-mlx", venv_params=SYSTEM_SITE)
+def bench_cpu_mlx(session: nox.Session) -> None:
+    """Run matrix/cpu-mlx.yaml: torch and MLX on this CPU, MLX KV bytes asserted (docs/mlx.md)."""
+    _bench(session, "cpu", "matrix/cpu-mlx.yaml", "mlx")
 
 
 @nox.session(venv_params=SYSTEM_SITE)
@@ -307,7 +331,8 @@ def ab(session: nox.Session) -> None:
     index.html, summary.md and both sides' pytest-benchmark JSON. Exit 0 pass, 1 regression,
     2 bad input.
     """
-    _install(session, "bench", "report")
+    # mlx too (where it installs): both sides inherit it, so a matrix's MLX cells run.
+    _install(session, "bench", "report", "mlx")
     _run_verdict(session, "python", "-m", "benchmarks.ab", *session.posargs)
 
 

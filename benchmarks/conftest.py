@@ -32,17 +32,15 @@ import pytest
 import torch
 
 from benchmarks.calibration import slowdown as calibration
+from benchmarks.harness.cellmodel import CellModel
 from benchmarks.harness.device.cpustate import OthersCpuMeter
-from benchmarks.harness.device.devices import device_unavailable_reason, resolve_device, sync_name
+from benchmarks.harness.device.devices import device_unavailable_reason, resolve_device
 from benchmarks.harness.device.fingerprint import mps_fallback_refusal
 from benchmarks.harness.device.fpstate import pin_fp_state
-from benchmarks.harness.device.memory import release_cached_memory
 from benchmarks.harness.device.noise import thermal_state
-from benchmarks.harness.device.synctimer import synced_perf_counter
 from benchmarks.harness.engine import make_prompt
 from benchmarks.harness.matrix.cells import Cell
-from benchmarks.harness.modelcache import Loaded, ModelCache
-from benchmarks.harness.runmode.decide import configure_engine
+from benchmarks.harness.modelcache import ModelCache
 from benchmarks.suite.collect import pytest_collection_modifyitems, pytest_generate_tests
 from benchmarks.suite.configure import (
     PARTIAL,
@@ -195,7 +193,7 @@ def cell(request: pytest.FixtureRequest) -> Cell:
 @pytest.fixture
 def loaded(
     request: pytest.FixtureRequest, cell: Cell, peaks_before_build: None, model_cache: ModelCache
-) -> Iterator[Loaded]:
+) -> Iterator[CellModel]:
     """The cell's built model (shared with the other cells of its model, device and dtype).
 
     After `peaks_before_build`: the device's peaks are known before its first model is built.
@@ -210,7 +208,7 @@ def loaded(
     pin_fp_state()
     torch.set_num_threads(request.config.stash[THREADS])
     loaded = model_cache.get(cell)
-    configure_engine(loaded.engine, cell)  # this cell's start cache (static: DESIGN §9)
+    loaded.configure(cell)  # this cell's start cache (static: DESIGN §9; MLX's: §14)
     # A/A calibration only (PHASEBENCH_CALIBRATION_SLOWDOWN, docs/calibration.md); else a no-op.
     calibration.maybe_inject_slowdown(
         loaded.model, device, storage=request.config.option.benchmark_storage
@@ -223,11 +221,11 @@ def loaded(
         for name in ("last_type", "last_value", "last_traceback", "last_exc"):
             if hasattr(sys, name):
                 setattr(sys, name, None)
-        release_cached_memory(device)
+        loaded.releaser()()  # the engine's own: the torch allocator's cached blocks, or MLX's
 
 
 @pytest.fixture
-def prompt(cell: Cell, loaded: Loaded) -> torch.Tensor:
+def prompt(cell: Cell, loaded: CellModel) -> torch.Tensor:
     """The cell's seeded synthetic prompt `[B, P]`, on the host (so TTFT includes the H2D copy)."""
     vocab = int(loaded.config.get_text_config().vocab_size)
     return make_prompt(cell.batch, cell.prompt_len, vocab, cell.seed)
@@ -238,7 +236,7 @@ def run(
     request: pytest.FixtureRequest,
     *,
     cell: Cell,
-    loaded: Loaded,
+    loaded: CellModel,
     prompt: torch.Tensor,
     warmed: Warmup,
     progress: Progress,
@@ -254,8 +252,8 @@ def run(
         prompt=prompt,
         warmup=warmed,
         progress=progress,
-        timer=synced_perf_counter(loaded.device).__name__,
-        sync=sync_name(loaded.device),
+        timer=loaded.timer_name,
+        sync=loaded.sync_name,
     )
     yield cell_run
     if cell_run.records:

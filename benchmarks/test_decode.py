@@ -18,21 +18,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import torch
-
-from benchmarks.harness.cache.kv import kv_bytes_per_token
-from benchmarks.harness.cache.measure import measure_kv
-from benchmarks.harness.cache.state import state_fields, state_mismatch
-from benchmarks.harness.device.memory import MemoryMonitor
 from benchmarks.harness.matrix.cells import Cell
 from benchmarks.harness.records import median
 from benchmarks.harness.roofline.peaks import Peaks
-from benchmarks.harness.runmode.kvlayout import (
-    analytic_layout,
-    kv_quant_fields,
-    static_fields,
-    static_fields_mismatch,
-)
 from benchmarks.suite.roofline import cell_roofline
 from benchmarks.suite.rounds import (
     CellRun,
@@ -63,52 +51,46 @@ def test_decode(
     token = prefill.next_token
     del prefill
 
-    def restore() -> tuple[torch.Tensor, Any]:
+    def restore() -> tuple[Any, Any]:
         return token, engine.restore(snapshot)
 
-    def step(state: tuple[torch.Tensor, Any]) -> tuple[torch.Tensor, Any]:
+    def step(state: tuple[Any, Any]) -> tuple[Any, Any]:
         return engine.decode_step(*state, snapshot.seq_len)
 
-    rounds = Rounds(step, restore, MemoryMonitor(loaded.device))
+    rounds = Rounds(step, restore, loaded.memory_monitor())
     progress(f"{cell.id}: decode step at context {cell.prompt_len}, {rounds_text(cell)} ...")
     rounds.pedantic(benchmark, cell.rounds, min_timed_s=cell.min_timed_s)
     _, cache = rounds.last
 
-    config = loaded.config
     rounds_s = round_times(benchmark)
     step_s = median(rounds_s) if rounds_s else None
     # The cell's cache implementation decides the layout (static: allocated up front).
-    at_p = analytic_layout(cell, config, dtype=loaded.dtype, seq_len=cell.prompt_len)
-    after = analytic_layout(cell, config, dtype=loaded.dtype, seq_len=cell.prompt_len + 1)
-    measured_after = measure_kv(cache)
+    kv = loaded.kv(cell)
+    at_p = kv.analytic_bytes(cell.prompt_len)
+    after = kv.point(cache, cell.prompt_len + 1)
     info.update(
         {
             "decode_step_s": step_s,
             "decode_tok_per_s": None if step_s is None else cell.batch / step_s,
             "context_len": cell.prompt_len,
-            "kv_bytes_per_token": kv_bytes_per_token(config, dtype=loaded.dtype, batch=cell.batch),
-            "kv_analytic_after_prefill_bytes": at_p.total_bytes,
+            "kv_bytes_per_token": kv.bytes_per_token,
+            "kv_analytic_after_prefill_bytes": at_p,
             "kv_measured_after_prefill_bytes": snapshot.kv_bytes,
-            "kv_analytic_final_bytes": after.total_bytes,
-            "kv_measured_final_bytes": measured_after.logical_bytes,
-            "kv_storage_final_bytes": measured_after.storage_bytes,
-            **state_fields(config, loaded.dtype, cell.batch, measured_after.state_bytes),
-            **static_fields(cell, config, loaded.dtype, cache, cell.prompt_len + 1),
-            **kv_quant_fields(cell, config, loaded.dtype, cell.prompt_len),
+            "kv_analytic_final_bytes": after.analytic_bytes,
+            "kv_measured_final_bytes": after.measured_bytes,
+            "kv_storage_final_bytes": after.storage_bytes,
+            **after.fields,
+            **kv.extra_fields(cell.prompt_len),
             **memory_fields(rounds.peaks, loaded.weights_fields()),
         }
     )
     if step_s is not None:
         progress(f"{cell.id}: decode step median {step_s * 1e3:.2f} ms")
-    assert (snapshot.kv_bytes, measured_after.logical_bytes) == (
-        at_p.total_bytes,
-        after.total_bytes,
-    ), (
-        f"KV bytes at P / P+1: analytic {at_p.total_bytes} / {after.total_bytes}, measured "
-        f"{snapshot.kv_bytes} / {measured_after.logical_bytes}"
+    assert (snapshot.kv_bytes, after.measured_bytes) == (at_p, after.analytic_bytes), (
+        f"KV bytes at P / P+1: analytic {at_p} / {after.analytic_bytes}, measured "
+        f"{snapshot.kv_bytes} / {after.measured_bytes}"
     )
-    assert state_mismatch(info) is None, f"after the decode step: {state_mismatch(info)}"
-    assert static_fields_mismatch(info) is None, f"static cache: {static_fields_mismatch(info)}"
+    assert not after.mismatches, f"after the decode step: {'; '.join(after.mismatches)}"
     # Last: a RooflineError (an achieved rate above the device's peak) is a bug signal that fails
     # the test, but must not cost the record its other metrics.
     info.update(cell_roofline(run, peaks, remeasure_peaks, decode_step_s=step_s))

@@ -21,7 +21,8 @@ asserting pass's per-phase resource samples (memory, RSS, KV bytes, CPU %), the 
 peaks over the rounds and the pass (`memory.peak_fields`: MPS maxima of samples as
 `peak_*_sampled_bytes`), and KV bytes after prefill and after every step. With `--profile DIR`,
 one more generation runs under torch.profiler after the rounds and its trace is written to DIR
-(that run saves no history).
+(that run saves no history; MLX cells skip it). Torch or MLX (DESIGN §14): the built model's
+(`CellModel`) engine, KV accounting and memory counters.
 """
 
 from __future__ import annotations
@@ -32,20 +33,11 @@ from typing import Any
 
 import pytest
 
-from benchmarks.harness.cache.kv import kv_bytes_per_token
-from benchmarks.harness.cache.measure import measure_kv
-from benchmarks.harness.cache.state import state_fields, state_mismatch
-from benchmarks.harness.device.memory import MemoryMonitor, peak_fields
+from benchmarks.harness.device.memory import peak_fields
 from benchmarks.harness.engine import Generation
 from benchmarks.harness.overhead import bookkeeping_per_step_s
 from benchmarks.harness.profiling import profile_generation
 from benchmarks.harness.records import GenerationFigures, generation_metrics, jsonable
-from benchmarks.harness.runmode.kvlayout import (
-    analytic_layout,
-    kv_quant_fields,
-    static_fields,
-    static_fields_mismatch,
-)
 from benchmarks.suite.rounds import (
     CellRun,
     Rounds,
@@ -73,17 +65,15 @@ def test_generate(run: CellRun, pytestconfig: pytest.Config, benchmark: Any) -> 
     def generate(_: None) -> Generation:
         return engine.client_generate(prompt, cell.new_tokens)
 
-    rounds = Rounds(generate, monitor=MemoryMonitor(loaded.device))
+    rounds = Rounds(generate, monitor=loaded.memory_monitor())
     progress(f"{cell.id}: generate {cell.new_tokens} tokens, {rounds_text(cell)} ...")
     rounds.pedantic(benchmark, cell.rounds, keep=_timings, min_timed_s=cell.min_timed_s)
     timed: list[Generation] = rounds.outputs
     rounds.last = None  # no round's cache lives on into the asserting pass's peaks
     checked = engine.generate(prompt, cell.new_tokens)  # untimed: KV, memory, CPU per phase
 
-    config = loaded.config
-    final = analytic_layout(
-        cell, config, dtype=loaded.dtype, seq_len=cell.final_positions
-    ).total_bytes
+    kv = loaded.kv(cell)
+    final = kv.point(checked.cache, cell.final_positions)
     measured_final = (
         checked.kv_bytes_per_step[-1]
         if checked.kv_bytes_per_step
@@ -110,16 +100,13 @@ def test_generate(run: CellRun, pytestconfig: pytest.Config, benchmark: Any) -> 
             "bookkeeping_per_step_s": bookkeeping_per_step_s(
                 checked.gap_s, [g for t in timed for g in t.gap_s]
             ),
-            "kv_bytes_per_token": kv_bytes_per_token(config, dtype=loaded.dtype, batch=cell.batch),
-            "kv_analytic_after_prefill_bytes": analytic_layout(
-                cell, config, dtype=loaded.dtype, seq_len=cell.prompt_len
-            ).total_bytes,
+            "kv_bytes_per_token": kv.bytes_per_token,
+            "kv_analytic_after_prefill_bytes": kv.analytic_bytes(cell.prompt_len),
             "kv_measured_after_prefill_bytes": checked.kv_bytes_after_prefill,
-            "kv_analytic_final_bytes": final,
+            "kv_analytic_final_bytes": final.analytic_bytes,
             "kv_measured_final_bytes": measured_final,
-            **state_fields(config, loaded.dtype, cell.batch, measure_kv(checked.cache).state_bytes),
-            **static_fields(cell, config, loaded.dtype, checked.cache, cell.final_positions),
-            **kv_quant_fields(cell, config, loaded.dtype),
+            **final.fields,
+            **kv.extra_fields(None),
             **loaded.weights_fields(),
             **peak_fields(memory),
             "peak_rss_bytes": max_or_none(m.rss_bytes for m in memory),
@@ -137,8 +124,7 @@ def test_generate(run: CellRun, pytestconfig: pytest.Config, benchmark: Any) -> 
         f"tpot {(info['tpot_s'] or 0.0) * 1e3:.2f} ms, "
         f"bookkeeping {(info['bookkeeping_per_step_s'] or 0.0) * 1e3:.3f} ms/step (untimed)"
     )
-    assert state_mismatch(info) is None, f"after {cell.new_tokens} tokens: {state_mismatch(info)}"
-    assert static_fields_mismatch(info) is None, f"static cache: {static_fields_mismatch(info)}"
+    assert not final.mismatches, f"after {cell.new_tokens} tokens: {'; '.join(final.mismatches)}"
 
     profile_dir = pytestconfig.getoption("profile")
     if profile_dir:

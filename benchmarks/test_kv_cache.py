@@ -9,16 +9,14 @@ generation of N tokens gives the measured logical bytes of every K/V tensor of t
 prefill (P positions) and after each decode step (P + i positions); `kv.analytic_kv` gives what
 the architecture's config says they must be. Every cell asserts equality at every point
 (DESIGN §4), and the fixed conv/recurrent state of hybrid models (`state.analytic_state`)
-against the final cache's measured state.
+against the final cache's measured state. An MLX cell (DESIGN §14) asserts mlx-lm's arrays
+(their step-256 allocation) against the prediction at every point, and the used positions'
+bytes beside them, through the same calls (`CellModel.kv`).
 """
 
 from __future__ import annotations
 
-from benchmarks.harness.cache.kv import kv_bytes_per_token
-from benchmarks.harness.cache.measure import measure_kv
-from benchmarks.harness.cache.state import state_fields, state_mismatch
 from benchmarks.harness.records import KVCheck
-from benchmarks.harness.runmode.kvlayout import analytic_layout, static_check
 from benchmarks.suite.rounds import CellRun
 
 
@@ -26,29 +24,22 @@ def test_kv_cache(run: CellRun) -> None:
     """Analytic and measured KV bytes agree after prefill and after every decode step."""
     cell, loaded = run.cell, run.loaded
     result = loaded.engine.generate(run.prompt, cell.new_tokens)
-    analytic = tuple(
-        analytic_layout(
-            cell, loaded.config, dtype=loaded.dtype, seq_len=cell.prompt_len + step
-        ).total_bytes
-        for step in range(cell.new_tokens)
-    )
-    final = measure_kv(result.cache)
+    kv = loaded.kv(cell)
+    analytic = tuple(kv.analytic_bytes(cell.prompt_len + step) for step in range(cell.new_tokens))
+    final = kv.point(result.cache, cell.final_positions)
     check = KVCheck(
-        bytes_per_token=kv_bytes_per_token(loaded.config, dtype=loaded.dtype, batch=cell.batch),
+        bytes_per_token=kv.bytes_per_token,
         analytic_bytes=analytic,
         measured_bytes=(result.kv_bytes_after_prefill, *result.kv_bytes_per_step),
         storage_final_bytes=final.storage_bytes,
     )
-    mismatches = check.mismatches()
-    state = state_mismatch(state_fields(loaded.config, loaded.dtype, cell.batch, final.state_bytes))
-    if state is not None:
-        mismatches.append(f"after {cell.new_tokens} tokens: {state}")
+    mismatches = [*check.mismatches(), *final.mismatches]  # the final state, static fields
     # Weights: stored bytes (quantized tensors at their real size) == the analytic prediction.
     weights = loaded.weights_mismatch()
     if weights is not None:
         mismatches.append(weights)
-    if cell.cache == "static":  # allocated and used bytes, per layer, at every point (§9)
-        mismatches.extend(static_check(loaded.model, run.prompt, cell, loaded.dtype))
+    # Every point: a static cache's allocated and used bytes (§9), MLX's used bytes (§14).
+    mismatches.extend(kv.checks(run.prompt, result))
     run.progress(
         f"{cell.id}: KV {check.measured_bytes[-1]} bytes after {cell.new_tokens} tokens, "
         f"{len(analytic) - len(mismatches)}/{len(analytic)} points match"

@@ -11,7 +11,9 @@ to first token (H2D, D2H included) is `test_generate`'s `ttft_s`, measured over 
 Recorded: the benchmark statistic; `prefill_s`, the median of those same rounds;
 `prefill_tok_per_s` = B * P / prefill_s; KV bytes of the prompt's cache, analytic and measured,
 and its fixed recurrent/conv state (hybrid models); weights and the largest per-round memory
-peak; roofline figures against the device's peaks.
+peak; roofline figures against the device's peaks. The cell's engine (torch or MLX, DESIGN §14)
+is its built model's (`CellModel`): the engine, the KV accounting and the memory counters are
+its own, the rounds and the record the same.
 
 The benchmark is `test_prefill_forward` (it replaced `test_prefill`, whose timed region also
 held the id copies and the cache hand-over, so the two histories are different quantities).
@@ -22,22 +24,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import torch
-
-from benchmarks.harness.cache.kv import kv_bytes_per_token
-from benchmarks.harness.cache.measure import measure_kv
-from benchmarks.harness.cache.state import state_fields, state_mismatch
-from benchmarks.harness.device.memory import MemoryMonitor
 from benchmarks.harness.matrix.cells import Cell
-from benchmarks.harness.model import compat
 from benchmarks.harness.records import median
 from benchmarks.harness.roofline.peaks import Peaks
-from benchmarks.harness.runmode.kvlayout import (
-    analytic_layout,
-    kv_quant_fields,
-    static_fields,
-    static_fields_mismatch,
-)
 from benchmarks.suite.roofline import cell_roofline
 from benchmarks.suite.rounds import (
     CellRun,
@@ -65,49 +54,45 @@ def test_prefill_forward(
     cell, loaded, progress = run.cell, run.loaded, run.progress
     engine = loaded.engine
 
-    def prepare() -> tuple[torch.Tensor, Any]:
+    def prepare() -> tuple[Any, Any]:
         # Untimed: the H2D copy, and the start cache (a static cell's reset in place).
-        return run.prompt.to(loaded.device), engine.start_cache_for(cell.batch)
+        return engine.to_device(run.prompt), engine.start_cache_for(cell.batch)
 
-    def prefill(state: tuple[torch.Tensor, Any]) -> tuple[torch.Tensor, Any]:
+    def prefill(state: tuple[Any, Any]) -> tuple[Any, Any]:
         return engine.prefill_forward(*state)
 
-    rounds = Rounds(prefill, prepare, MemoryMonitor(loaded.device))
+    rounds = Rounds(prefill, prepare, loaded.memory_monitor())
     progress(f"{cell.id}: prefill, {rounds_text(cell)} ...")
     rounds.pedantic(benchmark, cell.rounds, min_timed_s=cell.min_timed_s)
 
     rounds_s = round_times(benchmark)
     prefill_s = median(rounds_s) if rounds_s else None
-    config = loaded.config
     # The cell's cache implementation decides the layout (static: allocated up front).
-    analytic = analytic_layout(cell, config, dtype=loaded.dtype, seq_len=cell.prompt_len)
+    kv = loaded.kv(cell)
     _, raw_cache = rounds.last
-    cache = compat.adopt_cache(loaded.model, raw_cache)
-    measured = measure_kv(cache)
+    point = kv.point(raw_cache, cell.prompt_len)
     info.update(
         {
             "prefill_s": prefill_s,
             "prefill_tok_per_s": None
             if prefill_s is None
             else cell.batch * cell.prompt_len / prefill_s,
-            "kv_bytes_per_token": kv_bytes_per_token(config, dtype=loaded.dtype, batch=cell.batch),
-            "kv_analytic_after_prefill_bytes": analytic.total_bytes,
-            "kv_measured_after_prefill_bytes": measured.logical_bytes,
-            "kv_storage_after_prefill_bytes": measured.storage_bytes,
-            **state_fields(config, loaded.dtype, cell.batch, measured.state_bytes),
-            **static_fields(cell, config, loaded.dtype, cache, cell.prompt_len),
-            **kv_quant_fields(cell, config, loaded.dtype),
+            "kv_bytes_per_token": kv.bytes_per_token,
+            "kv_analytic_after_prefill_bytes": point.analytic_bytes,
+            "kv_measured_after_prefill_bytes": point.measured_bytes,
+            "kv_storage_after_prefill_bytes": point.storage_bytes,
+            **point.fields,
+            **kv.extra_fields(None),
             **memory_fields(rounds.peaks, loaded.weights_fields()),
         }
     )
     if prefill_s is not None:
         progress(f"{cell.id}: prefill median {prefill_s * 1e3:.1f} ms")
-    assert measured.logical_bytes == analytic.total_bytes, (
-        f"KV after prefill: analytic {analytic.total_bytes} bytes, "
-        f"measured {measured.logical_bytes} bytes"
+    assert point.measured_bytes == point.analytic_bytes, (
+        f"KV after prefill: analytic {point.analytic_bytes} bytes, "
+        f"measured {point.measured_bytes} bytes"
     )
-    assert state_mismatch(info) is None, f"after prefill: {state_mismatch(info)}"
-    assert static_fields_mismatch(info) is None, f"static cache: {static_fields_mismatch(info)}"
+    assert not point.mismatches, f"after prefill: {'; '.join(point.mismatches)}"
     # Last: a RooflineError (an achieved rate above the device's peak) is a bug signal that fails
     # the test, but must not cost the record its other metrics.
     if prefill_s is not None:

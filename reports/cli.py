@@ -1,4 +1,4 @@
-"""`python -m reports`: render, gate, simulate, bench-scale, runmode, quant, tp.
+"""`python -m reports`: render, gate, simulate, bench-scale, runmode, quant, tp, engines.
 
 - `render --history DIR --out DIR` writes `index.html` and `summary.md` (exit 0; 2 on bad
   input or when there is no current run to judge — the files are still written then).
@@ -12,8 +12,8 @@
 - `simulate --seed 1` prints the false-alarm and detection table (see `reports.analysis.simulate`).
 - `bench-scale --runs 1000 --benchmarks 100` times a render of a synthetic history.
 - `runmode FILE...` prints decode tok/s by attention x cache x compile (`reports.render.runmode`).
-- `quant` / `tp FILE_OR_DIR...` print each machine's newest run's quantization (with ACCURACY
-  lines) / tensor-parallel view (`reports.render.quant`, `.tp`); a missing path is a user error.
+- `quant` / `tp` / `engines FILE_OR_DIR...` print each machine's newest run's quantization
+  (ACCURACY lines too) / tp / torch-vs-MLX view (`reports.render.*`); a missing path: exit 2.
 
 Shared options: `--base-branch`, `--merge-base SHA`, `--rerun` / `--no-pool`, `--require-baseline`,
 `--threshold` (repeatable: `5%`, `0.05`, `decode_step_s=3%`), `--alpha`, `--current FILE`,
@@ -43,7 +43,7 @@ from reports.history.selection import (
     files_that_could_be_current,
     select_comparisons,
 )
-from reports.render import quant, tp
+from reports.render import engines, quant, tp
 from reports.render import runmode as runmode_tables
 from reports.render.headline import attention_lines
 from reports.render.html import render_html, render_summary, verdict_json
@@ -381,7 +381,7 @@ def build_parser() -> argparse.ArgumentParser:
     runmode = sub.add_parser("runmode", help="decode tok/s by attention x cache x compile")
     runmode.add_argument("files", nargs="+", metavar="FILE", help="pytest-benchmark JSON files")
     runmode.set_defaults(func=lambda a: runmode_tables.print_files(a.files))
-    for view in (quant, tp):  # quant|tp FILE_OR_DIR...: a view of each machine's newest run
+    for view in (quant, tp, engines):  # VERB FILE_OR_DIR...: a view of each machine's newest run
         p = sub.add_parser(view.VERB, help=view.HELP)
         p.add_argument("paths", nargs="+", metavar="FILE_OR_DIR", help="history files or folders")
         p.set_defaults(func=lambda a, view=view: view.print_paths(a.paths))

@@ -44,6 +44,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "benchmarks.harness.overhead",
         "benchmarks.harness.profiling",
         "benchmarks.harness.runmode",
+        "benchmarks.harness.mlx",  # the MLX engine (DESIGN §14): beside runmode, below modelcache
+        "benchmarks.harness.cellmodel",  # the protocol torch's and MLX's built cells implement
         "reports.__main__",
     ),
     # tp: tensor-parallel ranks and their launcher; reads the engine, cache, roofline, model.

@@ -7,6 +7,11 @@ cached blocks with `torch.cuda.empty_cache()` / `torch.mps.empty_cache()`), then
 one. A build that failed is remembered for its triple, so the remaining cells of that triple
 fail at once with the original reason instead of rebuilding (and failing) again.
 
+A cell's engine (DESIGN §14) decides the build: torch's `Loaded` here, or MLX's
+`mlx.loaded.MlxLoaded` for `engine: mlx`. Both are a `cellmodel.CellModel`, the protocol the
+suite's measurements call (engine, KV accounting, memory counters, roofline, record fields), so
+a test function never asks which engine it runs.
+
 It deliberately does not time anything but the build, choose cells, or know pytest.
 """
 
@@ -17,13 +22,17 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from benchmarks.harness.device.devices import parse_dtype, resolve_device
-from benchmarks.harness.device.memory import release_cached_memory
+from benchmarks.harness.cache.point import KVAccount
+from benchmarks.harness.cellmodel import CellModel
+from benchmarks.harness.device.devices import parse_dtype, resolve_device, sync_name
+from benchmarks.harness.device.memory import MemoryMonitor, release_cached_memory
+from benchmarks.harness.device.synctimer import synced_perf_counter
 from benchmarks.harness.engine import Engine, make_prompt
 from benchmarks.harness.errors import PhasebenchError
 from benchmarks.harness.matrix.cells import Cell
@@ -42,7 +51,11 @@ from benchmarks.harness.quant.accuracy import (
 )
 from benchmarks.harness.quant.predict import WeightPrediction, predict_weights
 from benchmarks.harness.quant.stored import stored_weights
-from benchmarks.harness.runmode.decide import build_cell_model
+from benchmarks.harness.roofline.peaks import Peaks
+from benchmarks.harness.roofline.roofline import roofline_extra_info
+from benchmarks.harness.runmode.decide import build_cell_model, configure_engine
+from benchmarks.harness.runmode.kvaccount import TorchKV
+from benchmarks.harness.runmode.kvlayout import analytic_layout
 
 
 class BuildFailedError(PhasebenchError):
@@ -74,6 +87,64 @@ class Loaded:
     def config(self) -> Any:
         """The model's Hugging Face config (KV accounting and roofline read it)."""
         return self.model.config
+
+    @property
+    def timer_name(self) -> str:
+        """The benchmark clock's name (`synctimer`)."""
+        return synced_perf_counter(self.device).__name__
+
+    @property
+    def sync_name(self) -> str:
+        """How the clock waits for the device."""
+        return sync_name(self.device)
+
+    def configure(self, cell: Cell) -> None:
+        """This cell's start cache (static, quantized or the model's own: DESIGN §9)."""
+        configure_engine(self.engine, cell)
+
+    def kv(self, cell: Cell) -> KVAccount:
+        """The cell's KV accounting (`runmode.kvaccount`)."""
+        return TorchKV(cell, self.model, self.dtype)
+
+    def memory_monitor(self) -> MemoryMonitor:
+        """The device's allocator counters and the process RSS, labelled."""
+        return MemoryMonitor(self.device)
+
+    def roofline_fields(
+        self,
+        cell: Cell,
+        peaks: Peaks,
+        *,
+        prefill_s: float | None = None,
+        decode_step_s: float | None = None,
+    ) -> dict[str, Any]:
+        """`roofline_extra_info` at the phase time(s) given (a quantized cache's KV at its
+        stored bytes, `runmode.kvlayout`)."""
+        kv_total = None
+        if cell.kv_quantized:
+
+            def kv_total(positions: int) -> int:
+                return analytic_layout(
+                    cell, self.config, dtype=self.dtype, seq_len=positions
+                ).total_bytes
+
+        return roofline_extra_info(
+            self.model,
+            batch=cell.batch,
+            prompt_len=cell.prompt_len,
+            peaks=peaks,
+            prefill_s=prefill_s,
+            decode_step_s=decode_step_s,
+            kv_total=kv_total,
+        )
+
+    def record_fields(self, cell: Cell) -> dict[str, Any]:
+        """A quantized cell's method and accuracy (`quant_fields`); nothing for a dense one."""
+        return quant_fields(cell, self)
+
+    def releaser(self) -> Callable[[], None]:
+        """What returns the device's cached blocks once the model is dropped."""
+        return partial(release_cached_memory, self.device)
 
     def weights_fields(self) -> dict[str, Any]:
         """`weights_bytes` (stored), `weights_dense_bytes` and `weights_analytic_bytes`."""
@@ -128,15 +199,15 @@ class ModelCache:
         # quantized cell sharing it before its weights are quantized.
         self._cells = tuple(cells)
         self._on_event = on_event or (lambda _line: None)
-        self._loaded: Loaded | None = None
+        self._loaded: CellModel | None = None
         self._failed: dict[tuple[str, ...], str] = {}
 
     @property
-    def current(self) -> Loaded | None:
+    def current(self) -> CellModel | None:
         """The model held now, if any."""
         return self._loaded
 
-    def get(self, cell: Cell) -> Loaded:
+    def get(self, cell: Cell) -> CellModel:
         """The built model for `cell`'s (model, device, dtype), building it if needed."""
         key = cell.build_key
         if key in self._failed:
@@ -145,7 +216,12 @@ class ModelCache:
             return self._loaded
         self.release()
         try:
-            self._loaded = self._build(cell)
+            builders: dict[str, Callable[[Cell], CellModel]] = {
+                "torch": self._build,
+                "mlx": self._build_mlx,
+            }
+            build = builders[cell.engine_name]
+            self._loaded = build(cell)
         except Exception as error:
             reason = f"building {cell.model} on {cell.device} in {cell.dtype} failed: {error}"
             self._failed[key] = reason
@@ -159,10 +235,22 @@ class ModelCache:
         if self._loaded is None:
             return
         loaded, self._loaded = self._loaded, None
-        name, device = loaded.key[0], loaded.device
+        name, device, release = loaded.key[0], loaded.device, loaded.releaser()
         del loaded
-        release_cached_memory(device)
+        release()
         self._on_event(f"released {name} on {device}")
+
+    def _build_mlx(self, cell: Cell) -> CellModel:
+        """An MLX cell's model (`mlx.loaded`; mlx is imported only now)."""
+        from benchmarks.harness.mlx.loaded import build_loaded  # noqa: PLC0415 - optional mlx
+
+        self._on_event(f"building {cell.model} on MLX ({cell.device}) in {cell.dtype} ...")
+        loaded = build_loaded(cell, self._models_dir)
+        self._on_event(
+            f"built {cell.model} on MLX ({cell.device}) in {cell.dtype}: {loaded.build_s:.1f} s, "
+            f"{loaded.built.weights_bytes / 2**20:.1f} MiB of weights"
+        )
+        return loaded
 
     def _build(self, cell: Cell) -> Loaded:
         device = resolve_device(cell.device)

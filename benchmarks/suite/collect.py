@@ -8,6 +8,7 @@
   and orders every benchmark module's items so that one (model, device, dtype) runs together:
   each model is built once per run and released before the next is built.
 
+What an engine decides (skip reasons, the clock) is its side's (`benchmarks.suite.engines`).
 Registered by `benchmarks/conftest.py`, which imports the hooks. Deliberately not here: loading
 the matrix (`benchmarks.suite.configure`), building or measuring anything.
 """
@@ -19,18 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.harness.device.synctimer import synced_perf_counter
 from benchmarks.harness.errors import PhasebenchError
 from benchmarks.harness.matrix.cells import Cell, Matrix
-from benchmarks.harness.model import compat
-from benchmarks.harness.model.models import MODELS_DIR, load_model_spec
-from benchmarks.harness.plan import build_order, skip_reason
-from benchmarks.harness.roofline.dtypespeed import slow_dtype_reason
-from benchmarks.harness.runmode.decide import measurement_skip_reason
+from benchmarks.harness.plan import build_order
 from benchmarks.suite.configure import SHARD_IDS, models_dir_option
+from benchmarks.suite.engines import models_path, side
 from benchmarks.suite.rounds import MATRIX
 from benchmarks.suite.serve.cells import serve_cell_reason
-from benchmarks.suite.tp.cells import measurement_reason, tp_cell_reason
+from benchmarks.suite.tp.cells import measurement_reason
 
 MODULE_ORDER = {
     "test_prefill": 0,
@@ -81,8 +78,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             reason = measurement_reason(metafunc.module.__name__)
         if reason is None and left_out:
             reason = f"{matrix.path.name} does not list `{measurement}` under measurements"
-        if reason is None:  # e.g. HF-generate comparisons of static/compiled cells
-            reason = measurement_skip_reason(cell, measurement)
+        if reason is None:  # e.g. HF-generate comparisons of static/compiled or MLX cells
+            reason = side(cell).measurement_reason(cell, measurement)
         if reason is None and once and first_of_build[cell.build_key] != cell.id:
             first = first_of_build[cell.build_key]
             reason = f"{metafunc.module.__name__} runs once per model, device and dtype: on {first}"
@@ -92,7 +89,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         elif serve_test:  # the server's device is not this process's: no device sync here
             marks.append(pytest.mark.benchmark(timer=time.perf_counter))
         else:
-            marks.append(pytest.mark.benchmark(timer=synced_perf_counter(cell.device)))
+            marks.append(pytest.mark.benchmark(timer=side(cell).clock(cell)))
         params.append(pytest.param(cell.to_params(), id=cell.id, marks=marks))
     metafunc.parametrize("cell", params, indirect=True)
 
@@ -105,27 +102,14 @@ def _skip_reason(config: pytest.Config, cell: Cell, models_dir: Path | None) -> 
     known = config.stash.setdefault(_SKIPS, {})
     if cell.id not in known:
         try:
-            # A tp cell's own reasons first: on a transformers without TP loading, that is
-            # what the user must change, whatever else the cell would need.
-            known[cell.id] = (
-                tp_cell_reason(cell, models_dir)
-                or serve_cell_reason(cell, config.getoption("serve_url"))
-                or skip_reason(cell, models_dir)
-                or _engine_reason(cell, models_dir)
-            )
-            # H4: a dtype this CPU only emulates (dtypespeed.py) is skipped with its measured
-            # ratio unless --allow-slow-dtypes; probed once per dtype, only for cells that run.
-            if known[cell.id] is None and not config.getoption("allow_slow_dtypes"):
-                known[cell.id] = slow_dtype_reason(cell.device, cell.dtype)
+            # A serving cell's own reasons first (no server to start, no --serve-url), then
+            # the cell's engine (`engines`: torch's plan, tp and dtype reasons, or mlx-lm's).
+            known[cell.id] = serve_cell_reason(cell, config.getoption("serve_url")) or side(
+                cell
+            ).skip_reason(config, cell, models_path(models_dir))
         except PhasebenchError as error:
             raise pytest.UsageError(f"{matrix_path(config)}: cell {cell.id}: {error}") from None
     return known[cell.id]
-
-
-def _engine_reason(cell: Cell, models_dir: Path | None) -> str | None:
-    """A model the engine cannot run correctly on this transformers (compat.unsupported_reason)."""
-    spec = load_model_spec(cell.model, MODELS_DIR if models_dir is None else models_dir)
-    return compat.unsupported_reason(spec.hf_config())
 
 
 def matrix_path(config: pytest.Config) -> Path:

@@ -19,10 +19,11 @@ from collections.abc import Callable
 import pytest
 import torch
 
+from benchmarks.harness.cellmodel import CellModel
 from benchmarks.harness.device.devices import parse_dtype, resolve_device
 from benchmarks.harness.device.fingerprint import fingerprint_id, machine_fingerprint
 from benchmarks.harness.matrix.cells import Cell
-from benchmarks.harness.modelcache import Loaded, ModelCache
+from benchmarks.harness.modelcache import ModelCache
 from benchmarks.harness.roofline.peaks import PeakMode, PeakRequest, Peaks, resolve_peaks
 from benchmarks.suite.configure import PEAKS
 from benchmarks.suite.rounds import MATRIX, Progress
@@ -132,7 +133,7 @@ def peaks(
 def remeasure_peaks(
     pytestconfig: pytest.Config,
     cell: Cell,
-    loaded: Loaded,
+    loaded: CellModel,
     prompt: torch.Tensor,
     progress: Progress,
 ) -> Callable[[], Peaks]:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from benchmarks.harness.roofline.peaks import Peaks
-from benchmarks.harness.roofline.roofline import RooflineError, roofline_extra_info
+from benchmarks.harness.roofline.roofline import RooflineError
 from benchmarks.suite.rounds import CellRun
 
 
@@ -37,28 +37,11 @@ def cell_roofline(
     prefill_s: float | None = None,
     decode_step_s: float | None = None,
 ) -> dict[str, Any]:
-    """`roofline_confirmed` for the run's model and cell, at the phase time(s) given (a
-    quantized cache's KV at its stored bytes, `runmode.kvlayout`)."""
-    kv_total = None
-    if run.cell.kv_quantized:
-        from benchmarks.harness.runmode.kvlayout import analytic_layout  # noqa: PLC0415 - torch
-
-        cell, loaded = run.cell, run.loaded
-
-        def kv_total(positions: int) -> int:
-            return analytic_layout(
-                cell, loaded.config, dtype=loaded.dtype, seq_len=positions
-            ).total_bytes
-
+    """`roofline_confirmed` for the run's model and cell, at the phase time(s) given (the built
+    model's own figures: `CellModel.roofline_fields`, torch's or MLX's)."""
     return roofline_confirmed(
-        lambda known: roofline_extra_info(
-            run.loaded.model,
-            batch=run.cell.batch,
-            prompt_len=run.cell.prompt_len,
-            peaks=known,
-            prefill_s=prefill_s,
-            decode_step_s=decode_step_s,
-            kv_total=kv_total,
+        lambda known: run.loaded.roofline_fields(
+            run.cell, known, prefill_s=prefill_s, decode_step_s=decode_step_s
         ),
         peaks,
         remeasure,

@@ -28,7 +28,7 @@ from benchmarks.harness.records import phase_energy_fields
 if TYPE_CHECKING:
     import torch
 
-    from benchmarks.harness.modelcache import Loaded
+    from benchmarks.harness.cellmodel import CellModel
 
 # The loaded matrix (pytest_configure in benchmarks/suite/configure.py).
 MATRIX = pytest.StashKey[Matrix]()
@@ -68,7 +68,7 @@ class CellRun:
     """Everything a measurement needs about its cell, prepared by `benchmarks/conftest.py`."""
 
     cell: Cell
-    loaded: Loaded  # the built model and its engine
+    loaded: CellModel  # the built model and its engine (torch's or MLX's)
     prompt: torch.Tensor  # [B, P] seeded ids, on the host
     warmup: Warmup
     progress: Progress
@@ -143,10 +143,9 @@ def start_record(benchmark: Any, run: CellRun, measurement: str) -> dict[str, An
     info["warmup_policy"] = run.warmup.policy
     info["thermal_before"] = dict(run.warmup.thermal_before)
     info.update(run.warmup.run_mode)  # compile cost of a compiled cell (DESIGN §9)
-    # A quantized cell's method, untimed quantization time and accuracy (untimed, measured once).
-    from benchmarks.harness.modelcache import quant_fields  # noqa: PLC0415 - imports torch
-
-    info.update(quant_fields(cell, run.loaded))
+    # A quantized cell's method, untimed quantization time and accuracy (untimed, measured once);
+    # an MLX cell's engine and versions.
+    info.update(run.loaded.record_fields(cell))
     run.records.append(info)
     return info
 

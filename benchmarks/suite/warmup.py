@@ -15,11 +15,11 @@ from dataclasses import replace
 import pytest
 import torch
 
+from benchmarks.harness.cellmodel import CellModel
 from benchmarks.harness.device.devices import device_sync
 from benchmarks.harness.device.fpstate import pin_fp_state
 from benchmarks.harness.device.noise import thermal_state, warmup_until_stable
 from benchmarks.harness.matrix.cells import Cell
-from benchmarks.harness.modelcache import Loaded
 from benchmarks.harness.runmode.compiled import cuda_graphs_kept, first_calls
 from benchmarks.suite.configure import STABLE, stable_policy_label
 from benchmarks.suite.rounds import Progress, Warmup
@@ -31,7 +31,7 @@ WARMUPS = pytest.StashKey["dict[str, Warmup]"]()
 def warmed(
     pytestconfig: pytest.Config,
     cell: Cell,
-    loaded: Loaded,
+    loaded: CellModel,
     prompt: torch.Tensor,
     progress: Progress,
 ) -> Warmup:

@@ -26,7 +26,7 @@ import jinja2
 
 from reports.analysis.flags import implausible
 from reports.analysis.series import Verdict
-from reports.render import quant, serve, tp
+from reports.render import engines, quant, serve, tp
 from reports.render.changes import change_text, first_screen, interval_text, mde_text
 from reports.render.report import MachineReport, Report
 from reports.render.roofline import RooflineChart
@@ -174,6 +174,7 @@ def environment(markdown: bool) -> jinja2.Environment:
         tp_ranks=tp.rank_text,
         serve_value=serve.value_text,
         serve_svg=serve.svg,
+        **engines.FILTERS,
     )
     return env
 

@@ -54,6 +54,7 @@ from reports.analysis.trends import (
 )
 from reports.history.load import History, Run, SkippedFile
 from reports.history.selection import Comparison, Selection, StackChange, StackMark
+from reports.render.engines import EngineTable, engine_tables
 from reports.render.headline import EarlierRun, Status, status
 from reports.render.quant import QuantTable, quant_tables
 from reports.render.roofline import RooflineChart
@@ -124,6 +125,7 @@ class MachineReport:
     accuracy_flags: tuple[Accuracy, ...] = ()  # current run's cells outside their accuracy bound
     tp: tuple[TpTable, ...] = ()  # current run's tp > 1 cells against their tp-1 twins
     serve: tuple[ServeTable, ...] = ()  # current run's serving cells: latency against rate
+    engines: tuple[EngineTable, ...] = ()  # current run's torch and MLX cells side by side
 
     @property
     def consistency_summary(self) -> ConsistencySummary:
@@ -264,6 +266,7 @@ def build_machine(
         accuracy_flags=accuracy_flags(current.benchmarks.values()),
         tp=tuple(tp_tables(current.benchmarks.values())),
         serve=tuple(serve_tables(current.benchmarks.values())),
+        engines=tuple(engine_tables(current.benchmarks.values())),
         consistency=tuple(consistency_rows(current)),
         shift=shift,
         lean=lean,

@@ -39,7 +39,11 @@ COMMON = (
     "--allow-slow-dtypes",
 )
 # Every measurement module runs every cell; test_kv_cache asserts and records no history.
-MODULES = tuple(sorted(p.stem for p in (ROOT / "benchmarks").glob("test_*.py")))
+# Every measurement module of a plain (single-request) cell: test_serve takes serving cells only
+# (a matrix with a `serve` axis; tests/suite/test_serve_suite.py runs those).
+MODULES = tuple(
+    sorted(p.stem for p in (ROOT / "benchmarks").glob("test_*.py") if p.stem != "test_serve")
+)
 # The test function of each module, where its name is not the module's (test_prefill_forward
 # times the model-side forward; it replaced test_prefill, which timed more).
 FUNCTIONS = {"test_prefill": "test_prefill_forward"}

@@ -1,10 +1,11 @@
 """The machine fingerprint: what a benchmark number was measured on, and which numbers compare.
 
 `machine_fingerprint()` describes the OS, CPU, accelerator (name, memory, capability, driver,
-CUDA/HIP runtime) and the software stack (torch, transformers, python, torch threads) as plain
-strings. `fingerprint_id()` hashes only the fields that decide whether two runs are comparable
-(`ID_FIELDS`): a new torch, driver or GPU starts a new history series; the hostname, the full
-kernel build string and the total RAM do not (none of them is recorded in the id).
+CUDA/HIP runtime) and the software stack (torch, transformers, python, torch threads; mlx and
+mlx-lm for a run with MLX cells, DESIGN §14) as plain strings. `fingerprint_id()` hashes only
+the fields that decide whether two runs are comparable (`ID_FIELDS`): a new torch, driver or GPU
+starts a new history series; the hostname, the full kernel build string and the total RAM do not
+(none of them is recorded in the id).
 `hardware_id()` hashes the machine only (`HARDWARE_FIELDS`), the key the reports group history
 by, and `stack()` lists the software (`STACK_FIELDS`) judged against that hardware's history.
 
@@ -16,6 +17,7 @@ network; on Linux the NVIDIA driver version comes from `/proc/driver/nvidia/vers
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import os
 import platform
@@ -55,10 +57,12 @@ ID_FIELDS = (
 """The fields that decide comparability; every other field is descriptive only."""
 
 
-def machine_fingerprint(device: torch.device | None = None) -> dict[str, str]:
+def machine_fingerprint(device: torch.device | None = None, *, mlx: bool = False) -> dict[str, str]:
     """Describe this machine and software stack; the accelerator is `device`'s, or the first one.
 
     With no device, a CUDA GPU (index 0) is described if there is one, else MPS, else none.
+    `mlx`: the run has MLX cells, so mlx's and mlx-lm's versions are part of its stack (absent
+    otherwise: installing mlx does not change a torch-only run's stack).
     """
     fingerprint = {
         "os": _os_name(),
@@ -81,8 +85,20 @@ def machine_fingerprint(device: torch.device | None = None) -> dict[str, str]:
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", UNSET),
         "gomp_spincount": os.environ.get("GOMP_SPINCOUNT", UNSET),
         **mps_fallback_state(),
+        **(mlx_versions() if mlx else {}),
     }
     return {key: str(value) for key, value in fingerprint.items()}
+
+
+def mlx_versions() -> dict[str, str]:
+    """`mlx` and `mlx_lm` versions (`n/a` where not installed), read without importing them."""
+    found = {}
+    for key, dist in (("mlx", "mlx"), ("mlx_lm", "mlx-lm")):
+        try:
+            found[key] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            found[key] = NOT_APPLICABLE
+    return found
 
 
 MPS_FALLBACK_ENV = "PYTORCH_ENABLE_MPS_FALLBACK"
@@ -169,6 +185,8 @@ STACK_FIELDS = (
     "omp_wait_policy",
     "gomp_spincount",
     "pytorch_enable_mps_fallback",
+    "mlx",  # a run with MLX cells only (`machine_fingerprint(mlx=True)`): an upgrade is a
+    "mlx_lm",  # stack change, as a torch upgrade is
 )
 """The software stack: a run whose stack differs is judged against the same hardware's runs."""
 # Left out of the stack while unset, so history recorded before it was a field reads the same.

@@ -47,8 +47,9 @@ class MemorySample:
     peak_sampled: bool = False
 
 
-class _Counters(Protocol):
-    """The accelerator side of a `MemoryMonitor`: allocated/reserved now, and the phase's peak."""
+class Counters(Protocol):
+    """The accelerator side of a `MemoryMonitor`: allocated/reserved now, and the phase's peak
+    (torch's per device type below; MLX's in `benchmarks/harness/mlx/runtime.py`)."""
 
     labels: Mapping[str, str]
 
@@ -148,7 +149,7 @@ class _MpsCounters:
         return allocated, driver, self._peak_allocated, self._peak_driver
 
 
-_COUNTERS: Mapping[str, Callable[[torch.device], _Counters]] = {
+_COUNTERS: Mapping[str, Callable[[torch.device], Counters]] = {
     "cpu": _NoCounters,
     "cuda": _CudaCounters,
     "mps": _MpsCounters,
@@ -161,13 +162,16 @@ class MemoryMonitor:
     """Labelled memory counters for one device plus the process RSS.
 
     `reset_peak()` starts a phase; `sample()` reads the counters and the phase's peak so far.
+    `counters` replaces the device's torch counters (an MLX cell reads MLX's allocator).
     """
 
-    def __init__(self, device: torch.device) -> None:
-        counters = _COUNTERS.get(device.type)
+    def __init__(self, device: torch.device, counters: Counters | None = None) -> None:
         if counters is None:
-            raise DeviceError(f"no memory counters for device type {device.type!r}.")
-        self._counters = counters(device)
+            make = _COUNTERS.get(device.type)
+            if make is None:
+                raise DeviceError(f"no memory counters for device type {device.type!r}.")
+            counters = make(device)
+        self._counters = counters
         self._process = psutil.Process()
 
     @property
@@ -310,8 +314,8 @@ class PhaseRecorder:
     then the memory counters. It costs what it reads, which is why only an untimed pass uses it.
     """
 
-    def __init__(self, device: torch.device) -> None:
-        self.monitor = MemoryMonitor(device)
+    def __init__(self, device: torch.device, counters: Counters | None = None) -> None:
+        self.monitor = MemoryMonitor(device, counters)
         self.meter = CpuMeter()
         self.samples: list[ResourceSample] = []
 

@@ -3,7 +3,8 @@
 `attention` (the `attn_implementation` a model is built with), `cache` (transformers'
 `DynamicCache` or `StaticCache`), `compile` (`torch.compile` mode of the model's forward, or
 `none`), `quant` (how the Linear weights are stored) and `kv_quant` (how the KV cache is), and
-`tp` (tensor-parallel ranks, `tp_axis`: 1, 2, 4 or 8). A matrix
+`tp` (tensor-parallel ranks, `tp_axis`: 1, 2, 4 or 8), and `engine` (`torch`, the default, or `mlx`:
+mlx-lm's model classes, DESIGN §14). A matrix
 names any of them optionally; `matrix/parse.py` expands them into cells. Whether
 *this machine* can run a value (flash-attn installed, CUDA present, the model type supports it)
 is decided at collection by `runmode.skip_reason`.
@@ -26,9 +27,20 @@ RUN_MODE_VALUES: dict[str, tuple[str, ...]] = {
     # Weight quantization (DESIGN-quant, docs/quantization.md): torchao's weight-only int8,
     # dynamic-activation int8, int4 weight-only per group size, fp8 weight-only / dynamic
     # activation; bitsandbytes' NF4 and LLM.int8. Embeddings and the LM head stay dense.
-    "quant": QUANT_METHODS,
+    # `mlx4` / `mlx8`: mlx's affine quantization in groups of 64, MLX cells only (DESIGN §14).
+    "quant": (*QUANT_METHODS, "mlx4", "mlx8"),
     # KV-cache quantization: transformers' QuantizedCache with the fp8, HQQ or quanto backend.
-    "kv_quant": ("none", "fp8", "hqq2", "hqq4", "hqq8", "quanto2", "quanto4"),
+    # `mlx4` / `mlx8`: mlx-lm's QuantizedKVCache (affine, `kv_group_size`), MLX cells only.
+    "kv_quant": ("none", "fp8", "hqq2", "hqq4", "hqq8", "quanto2", "quanto4", "mlx4", "mlx8"),
+    # Which stack runs the model (DESIGN §14): torch (transformers) or mlx (mlx-lm). Last, so
+    # `-engine_mlx` ends the run-mode part of an id; `torch`, the default, never joins an id.
+    "engine": ("torch", "mlx"),
+}
+DEFAULT_ENGINE = "torch"
+# Values of the axes above that only the MLX engine runs (a torch cell naming one is skipped).
+MLX_ONLY_VALUES: dict[str, tuple[str, ...]] = {
+    "quant": ("mlx4", "mlx8"),
+    "kv_quant": ("mlx4", "mlx8"),
 }
 RUN_MODE_AXES = tuple(RUN_MODE_VALUES)
 # Tensor parallelism (issue 32, docs/tensor-parallel.md): ranks the cell runs on, one per device.

@@ -15,7 +15,10 @@ only; default P + N - 1), and `kv_group_size` / `kv_residual` (quantized KV cach
 axis joins the cell id (`-attn_sdpa-cache_static-compile_default`) and the flat `params` only when
 the matrix names it, so files without these axes keep their history keys. An `include:` entry may
 give lists for any axis: it adds the product of its lists. The optional `tp` axis (tensor-parallel
-ranks: 1, 2, 4, 8) works the same way: `-tp<N>` ends the id only when the matrix names it.
+ranks: 1, 2, 4, 8) works the same way: `-tp<N>` ends the id only when the matrix names it. The
+optional `engine` axis (DESIGN §14) joins the id as `-engine_mlx` for MLX cells only: a torch cell's
+id is the same whether or not the matrix names the axis, so adding MLX to a matrix keeps every
+torch history key.
 
 This module deliberately does not import torch or transformers (a broken matrix must fail in
 a fraction of a second), and does not decide whether *this machine* can run a cell: that is
@@ -30,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness.errors import MatrixError
-from benchmarks.harness.matrix.axes import RUN_MODE_AXES
+from benchmarks.harness.matrix.axes import DEFAULT_ENGINE, RUN_MODE_AXES
 from benchmarks.harness.matrix.fields import (
     AXES,
 )
@@ -47,6 +50,7 @@ _ID_PREFIX = {
     "compile": "compile",
     "quant": "q",
     "kv_quant": "kvq",
+    "engine": "engine",
 }
 # A quantized KV cache's group size and residual window (transformers' defaults are 64 and
 # 128): set in the matrix, they are kept on cells whose `kv_quant` quantizes (and join the id).
@@ -117,6 +121,8 @@ class Cell:
     slo_ttft_ms: float | None = None
     slo_tpot_ms: float | None = None
     slo_e2el_ms: float | None = None
+    # The stack that runs the model (DESIGN §14); None: the matrix has no `engine` axis (torch).
+    engine: str | None = None
 
     @property
     def id(self) -> str:
@@ -125,8 +131,10 @@ class Cell:
         Run-mode axes append `-attn_<v>`, `-cache_<v>` (with `-len<L>` for an explicit
         `max_cache_len`), `-compile_<v>`, `-q_<v>` and `-kvq_<v>` (with `-g<G>` and `-r<R>` for
         an explicit `kv_group_size` / `kv_residual`), each only when the cell has that axis;
-        then `-tp<N>` when the cell has a `tp` axis (`-tp1` included: a tp-1 twin named in a tp
-        matrix is its own history key, timed by the same in-process path as an id without it).
+        then `-engine_mlx` for an MLX cell (never `-engine_torch`: the default engine keeps the
+        id it has without the axis); then `-tp<N>` when the cell has a `tp` axis (`-tp1`
+        included: a tp-1 twin named in a tp matrix is its own history key, timed by the same
+        in-process path as an id without it).
         """
         base = (
             f"{self.model}-{self.device}-{self.dtype}"
@@ -135,7 +143,7 @@ class Cell:
         parts = [base]
         for axis in RUN_MODE_AXES:
             value = getattr(self, axis)
-            if value is not None:
+            if value is not None and (axis, value) != ("engine", DEFAULT_ENGINE):
                 parts.append(f"{_ID_PREFIX[axis]}_{value}")
             if axis == "cache" and self.max_cache_len is not None:
                 parts.append(f"len{self.max_cache_len}")
@@ -170,6 +178,11 @@ class Cell:
     def tp_size(self) -> int:
         """Tensor-parallel ranks: the `tp` axis, 1 where the matrix has none."""
         return 1 if self.tp is None else self.tp
+
+    @property
+    def engine_name(self) -> str:
+        """The stack that runs the model: the `engine` axis, `torch` where the matrix has none."""
+        return self.engine or DEFAULT_ENGINE
 
     @property
     def weight_quant(self) -> str:

@@ -2,7 +2,8 @@
 
 Owns `decide` (what this machine can run, building a cell's model, the engine's start cache),
 `compiled` (torch.compile as a measurement: compile cost, graph breaks, recompilations) and
-`kvlayout` (the KV layout a cell's cache implementation holds, checked against measurement).
+`kvlayout` (the KV layout a cell's cache implementation holds, checked against measurement)
+and `kvaccount` (torch's `cache.point.KVAccount`: what the measurements record and assert).
 
 May import: benchmarks.harness.errors, benchmarks.harness.device, benchmarks.harness.model,
 benchmarks.harness.cache, benchmarks.harness.quant, benchmarks.harness.matrix,

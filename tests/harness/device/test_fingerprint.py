@@ -156,3 +156,19 @@ def test_a_spin_count_the_user_set_is_part_of_the_stack_and_unset_adds_nothing(m
     # Left out while unset: history recorded before the field had none, and reads the same.
     assert "gomp_spincount" not in plain
     assert {k: v for k, v in spin.items() if k != "gomp_spincount"} == plain
+
+
+def test_mlx_versions_join_the_stack_of_a_run_with_mlx_cells_only(monkeypatch):
+    """An mlx-lm upgrade is a stack change (DESIGN §14), like a torch upgrade; a torch-only run's
+    stack does not change because mlx got installed."""
+    versions = {"mlx": "0.32.4", "mlx-lm": "0.32.2"}
+    monkeypatch.setattr(fingerprint.importlib.metadata, "version", versions.__getitem__)
+    torch_only = machine_fingerprint()
+    with_mlx = machine_fingerprint(mlx=True)
+    assert "mlx" not in fingerprint.stack(torch_only)
+    assert fingerprint.stack(with_mlx)["mlx_lm"] == "0.32.2"
+    versions["mlx-lm"] = "0.33.0"
+    upgraded = machine_fingerprint(mlx=True)
+    assert fingerprint.stack(upgraded) != fingerprint.stack(with_mlx)
+    assert fingerprint.hardware_id(upgraded) == fingerprint.hardware_id(with_mlx)
+    assert fingerprint.fingerprint_id(upgraded) == fingerprint.fingerprint_id(torch_only)
