@@ -23,7 +23,7 @@ from benchmarks.suite.tp.cells import (
     save_fit_reason,
     tp_cell_reason,
 )
-from benchmarks.suite.tp.record import ReplayTimer, allreduce_bytes_estimate, slowest_rank_counts
+from benchmarks.suite.tp.record import ReplayTimer, allreduce_bytes_estimate
 
 pytest_plugins = ["pytester"]
 LOADS_TP = tp_loading() is not None
@@ -101,9 +101,7 @@ def test_the_replay_timer_reads_each_round_exactly():
         timer()
 
 
-def test_counts_and_the_allreduce_estimate():
-    assert slowest_rank_counts([1, 1, 0], 2) == [1, 2]
-    assert slowest_rank_counts([], 4) == [0, 0, 0, 0]
+def test_the_allreduce_estimate():
     config = transformers.LlamaConfig(hidden_size=64, num_hidden_layers=2)
     plan = {
         "model.embed_tokens": "embedding_rowwise",
@@ -144,11 +142,13 @@ import transformers
 DECODE = [0.25, 0.125, 0.5 + 1e-12]
 RESULT = {
     "tp_size": 2, "backend": "gloo", "prefill_s": [1.0, 2.0, 3.0], "decode_step_s": DECODE,
-    "prefill_slowest_rank": [0, 0, 1], "decode_slowest_rank": [1, 1, 0],
+    "round_clock": "one_clock", "prefill_start_skew_s": [0.01, 0.02, 0.03],
+    "decode_start_skew_s": [0.003, 0.001, 0.002],
     "weights_per_rank_bytes": [10, 10], "weights_global_bytes": 18,
     "kv_per_rank_after_prefill_bytes": [6, 6], "kv_per_rank_final_bytes": [8, 8],
-    "kv_tp1_after_prefill_bytes": 12, "peak_per_rank_bytes": [100, 101],
-    "peak_label": "process peak RSS", "plan": {"model.layers.*.o_proj": "rowwise"},
+    "kv_tp1_after_prefill_bytes": 12, "load_peak_per_rank_bytes": [300, 301],
+    "load_peak_label": "peak RSS, loading", "run_peak_per_rank_bytes": [100, 101],
+    "run_peak_label": "peak RSS, running", "plan": {"model.layers.*.o_proj": "rowwise"},
 }
 
 
@@ -170,14 +170,20 @@ def test_the_record_holds_exactly_the_ranks_rounds(pytester: pytest.Pytester):
     bench = json.loads(out.read_text())["benchmarks"][0]
     assert bench["stats"]["data"] == [0.25, 0.125, 0.5 + 1e-12]
     assert bench["stats"]["rounds"] == 3
-    assert bench["options"]["timer"] == "tp_replay_max_over_ranks"
+    assert bench["options"]["timer"] == "tp_replay_round_one_clock"
     info = bench["extra_info"]
     assert info["decode_step_s"] == 0.25
     assert info["decode_tok_per_s"] == 2 / 0.25
     assert info["tp_size"] == 2
-    assert info["tp_slowest_rank_counts"] == [1, 2]
+    assert "tp_slowest_rank_counts" not in info  # barrier-exit skew, not a rank's slowness
+    assert (info["tp_round_clock"], info["tp_start_skew_s"]) == ("one_clock", 0.002)
     assert info["tp_kv_rank_after_prefill_bytes"] == [6, 6]
-    assert info["tp_peak_rank_bytes"] == [100, 101]
+    assert info["tp_load_peak_rank_bytes"] == [300, 301]
+    assert info["tp_run_peak_rank_bytes"] == [100, 101]
+    assert info["memory_labels"] == {
+        "tp_load_peak_rank": "peak RSS, loading",
+        "tp_run_peak_rank": "peak RSS, running",
+    }
     assert info["tp_launch_s"] == 12.5
     # One all-reduce per layer of 2 x 1 token x 64 x 4 B, ring factor 2 x (2 - 1) / 2.
     assert info["tp_allreduce_bytes_per_step_estimate"] == 2 * 2 * 64 * 4

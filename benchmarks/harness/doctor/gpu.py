@@ -172,9 +172,7 @@ class NvmlProbe:
             throttle_reasons=None
             if not isinstance(throttle, str)
             else tuple(r for r in throttle.split(",") if r and r != "none"),
-            power_limit_w=_watts(
-                _ask(lambda: nv.nvmlDeviceGetEnforcedPowerLimit(handle))
-            ),
+            power_limit_w=_watts(_ask(lambda: nv.nvmlDeviceGetEnforcedPowerLimit(handle))),
             default_power_limit_w=_watts(
                 _ask(lambda: nv.nvmlDeviceGetPowerManagementDefaultLimit(handle))
             ),

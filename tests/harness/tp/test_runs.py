@@ -164,17 +164,29 @@ def test_two_gloo_ranks_pass_every_byte_rule(
     assert weights[0]["local_bytes"] < dense
     assert weights[0]["sharded_count"] > 0
 
-    # Timing: every rank saw the same rounds; the run's round is the max over ranks.
+    # Timing: every rank saw the same rounds; a round is first start to last end on the one
+    # clock the ranks of this host share.
     rank0, rank1 = ranks
     assert rank0 is not None
     assert rank1 is not None
+    assert result["round_clock"] == "one_clock"
     for phase in ("prefill", "decode"):
-        rounds = rank0[f"{phase}_rank_s"]
-        assert rounds == rank1[f"{phase}_rank_s"]
-        assert len(rounds) == ROUNDS
+        starts, ends = rank0[f"{phase}_t0_s"], rank0[f"{phase}_t1_s"]
+        assert (starts, ends) == (rank1[f"{phase}_t0_s"], rank1[f"{phase}_t1_s"])
+        assert len(starts) == ROUNDS
         key = "prefill_s" if phase == "prefill" else "decode_step_s"
-        assert result[key] == [max(r) for r in rounds]
-        assert all(t > 0 for r in rounds for t in r)
+        assert result[key] == [max(b) - min(a) for a, b in zip(starts, ends, strict=True)]
+        assert result[f"{phase}_start_skew_s"] == [max(a) - min(a) for a in starts]
+        for round_starts, round_ends in zip(starts, ends, strict=True):
+            assert all(b > a for a, b in zip(round_starts, round_ends, strict=True))
+
+    # Peaks: loading and running apart, labelled; on Linux the run's peak starts after the load.
+    for record in (rank0, rank1):
+        assert record["load_peak_bytes"] > 0
+        assert record["run_peak_bytes"] > 0
+    assert result["load_peak_per_rank_bytes"] == [r["load_peak_bytes"] for r in ranks if r]
+    assert "end of loading" in result["load_peak_label"]
+    assert result["run_peak_label"].startswith("process peak RSS")
 
 
 @pytest.mark.skipif(LOADS_TP, reason="this transformers loads TP: the runs above cover it")
