@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 import transformers
 
 from benchmarks.harness.device.freemem import FreeMemory
@@ -79,6 +80,28 @@ def test_devices_and_memory_decide_the_skip(monkeypatch: pytest.MonkeyPatch):
     assert reason.startswith("per rank of tp 2:")
     assert "> 0.0 MB free on cpu / 2 ranks (test, shared by 2 ranks)" in reason
     monkeypatch.setenv("PHASEBENCH_IGNORE_FIT", "1")
+    assert tp_cells.tp_cell_reason(CELL) is None
+
+
+@pytest.mark.skipif(not LOADS_TP, reason=too_old_reason())
+def test_a_cpu_tp_cell_runs_on_a_cuda_host_and_is_skipped_on_an_mps_host(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """The smoke matrix's tp-2 CPU cell on the hosts the project is for (simulated: what the
+    collection consults). On a CUDA box it runs (its ranks hide the GPU); on a Mac it is
+    skipped with the reason, not crashed in transformers' MPS refusal."""
+    monkeypatch.delenv("PHASEBENCH_CPU_TP_ON_MAC", raising=False)
+    monkeypatch.setattr(tp_cells, "device_count", lambda device_type: 8)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    assert tp_cells.tp_cell_reason(CELL) is None
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    reason = tp_cells.tp_cell_reason(CELL)
+    assert reason is not None
+    assert reason.startswith("tp 2 on CPU on an MPS host")
+    monkeypatch.setenv("PHASEBENCH_CPU_TP_ON_MAC", "1")
     assert tp_cells.tp_cell_reason(CELL) is None
 
 

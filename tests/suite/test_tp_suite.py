@@ -6,6 +6,8 @@ twin, in a subprocess as a user runs it (two gloo ranks under torchrun, ~12 s a 
 * A rank SIGKILLed mid-generate (`PHASEBENCH_TP_FAIL`): the tp cell's two tests fail with the
   launcher's reason within 60 s, the twin still runs, and no process of the run is left.
 * Where it does not (4.46): the tp cell is skipped at collection with the too-old reason.
+
+On an MPS host the suite skips CPU tp cells (`cpuranks.mac_host_reason`), and so does this module.
 """
 
 from __future__ import annotations
@@ -20,13 +22,17 @@ from typing import Any
 
 import psutil
 import pytest
+import torch
 
 from benchmarks.harness.records import median
+from benchmarks.harness.tp.cpuranks import mac_host_reason
 from benchmarks.harness.tp.launch import CACHE_ENV
 from benchmarks.harness.tp.skips import too_old_reason, tp_loading
 from tests.suite_run import ROOT, run_suite
 
 LOADS_TP = tp_loading() is not None
+_MAC = mac_host_reason(torch.backends.mps.is_available(), 2)
+pytestmark = pytest.mark.skipif(_MAC is not None, reason=_MAC or "")
 TP2 = "tiny-llama-cpu-float32-b1-p16-n4-tp2"
 TP1 = "tiny-llama-cpu-float32-b1-p16-n4-tp1"
 # The tp-2 cell first (matrix order), so "the next cell runs" is the twin after it.
