@@ -6,8 +6,8 @@
   a model type that does not support the kernel or a static cache, `reduce-overhead` without
   CUDA, CUDA graphs (`reduce-overhead`, `max-autotune` on CUDA) without a static cache,
   torch.compile without what inductor builds with on the device (`inductor_reason`: a C++
-  compiler on CPU; Triton, a C compiler and Python's headers on CUDA), a `kv_quant` backend this transformers or
-  machine lacks or a group size that cannot divide the cached tensors (`cache.quantized`).
+  compiler on CPU; Triton, a C compiler and Python's headers on CUDA), a `kv_quant` backend
+  this transformers or machine lacks or a group size that cannot divide the cached tensors (`cache.quantized`).
 * `build_cell_model(spec, cell, device, dtype)`: the model built with the cell's
   `attn_implementation`, wrapped by `torch.compile` in the cell's mode (`compiled`).
 * `configure_engine(engine, cell)`: the engine's start cache for this cell (one early-allocated
@@ -198,14 +198,16 @@ def inductor_reason(device_type: str) -> str | None:
     """
     if device_type == "cpu":
         wanted = [c for c in torch._inductor.config.cpp.cxx if c]
-        if not any(shutil.which(c) for c in wanted):
-            return (
-                f"torch.compile on CPU needs the C++ compiler inductor calls ({', '.join(wanted)}"
-                " not on PATH): install it, or point CXX at one"
-            )
-        return None
-    if device_type != "cuda":
-        return None
+        if any(shutil.which(c) for c in wanted):
+            return None
+        return (
+            f"torch.compile on CPU needs the C++ compiler inductor calls ({', '.join(wanted)} "
+            "not on PATH): install it, or point CXX at one"
+        )
+    return _cuda_inductor_reason() if device_type == "cuda" else None
+
+
+def _cuda_inductor_reason() -> str | None:
     if not _triton_installed():
         return "torch.compile on CUDA needs Triton for inductor's kernels: pip install triton"
     cc = os.environ.get("CC")
