@@ -7,7 +7,8 @@
   CUDA, CUDA graphs (`reduce-overhead`, `max-autotune` on CUDA) without a static cache,
   torch.compile without what inductor builds with on the device (`inductor_reason`: a C++
   compiler on CPU; Triton, a C compiler and Python's headers on CUDA), a `kv_quant` backend
-  this transformers or machine lacks or a group size that cannot divide the cached tensors (`cache.quantized`).
+  this transformers or machine lacks or a group size that cannot divide the cached tensors
+  (`cache.quantized`).
 * `build_cell_model(spec, cell, device, dtype)`: the model built with the cell's
   `attn_implementation`, wrapped by `torch.compile` in the cell's mode (`compiled`).
 * `configure_engine(engine, cell)`: the engine's start cache for this cell (one early-allocated
