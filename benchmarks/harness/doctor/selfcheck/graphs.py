@@ -8,8 +8,9 @@ cache, decode from a restored snapshot, whole generations) inside `cuda_graphs_k
 Counted per cell: graph breaks (dynamo's, in the first calls and the rounds: each one cuts the
 step into several CUDA graphs with eager code and a sync between them), CUDA-graph skips
 (`counters["inductor"]["cudagraph_skips"]`, which `cuda_graphs_kept` turns into
-`CudaGraphsSkippedError`), recordings in the first calls and in the rounds, and re-records. torch 2.13 has no counter for recordings: cudagraph trees log each
-one at DEBUG on the `cudagraphs` artifact logger ("Recording function=...", and "Re-recording
+`CudaGraphsSkippedError`), recordings in the first calls and in the rounds, and re-records.
+torch 2.13 has no counter for recordings: cudagraph trees log each one at DEBUG on the
+`cudagraphs` artifact logger ("Recording function=...", and "Re-recording
 function=..., reason=..." when a recorded graph's inputs no longer match;
 `torch/_inductor/cudagraph_trees.py`, `record_function` and `_run`), so `GraphRecordings`
 listens there for the probe's duration. A recording inside the rounds means the rounds time a
