@@ -68,6 +68,7 @@ def test_an_old_transformers_skips_with_the_too_old_reason():
 
 @pytest.mark.skipif(not LOADS_TP, reason=too_old_reason())
 def test_devices_and_memory_decide_the_skip(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)  # a Mac has its own
     monkeypatch.setattr(tp_cells, "device_count", lambda device_type: 2)
     assert tp_cells.tp_cell_reason(CELL) is None
     monkeypatch.setattr(tp_cells, "device_count", lambda device_type: 1)
