@@ -210,10 +210,11 @@ def judge_peak(
         else f"{_t(sheet_flop_per_s)} on the datasheet"
     )
     count = len(readings.peak_flop_per_s)
+    spread = f"their spreads adding to {readings.noise * 100:.1f} %"
     text = (
         f"{cell.id} (B*P = {tokens}): peak {_t(peak)} measured"
         f"{'' if peak_tokens is None else f' at up to {peak_tokens} rows'}"
-        f"{f' ({count} readings each, spread {readings.noise * 100:.1f} %)' if count > 1 else ''}"
+        f"{f' ({count} readings each, {spread})' if count > 1 else ''}"
         f" ({sheet}), its MLP GEMMs at {tokens} rows {_t(gemm)}"
     )
     pct = data["gemm_pct_of_peak"] = gemm / peak * 100.0
