@@ -40,8 +40,10 @@ def cpu_rank_env(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def reported_accelerator() -> str | None:
-    """The accelerator type torch reports to transformers (None: cpu, as a CPU-only build)."""
-    kind = str(torch._C._get_accelerator().type)
+    """The accelerator type torch reports to transformers (None: cpu, as a CPU-only build, or a
+    torch too old to have the function, which that transformers then does not call)."""
+    probe = getattr(torch._C, "_get_accelerator", None)
+    kind = "cpu" if probe is None else str(probe().type)
     return None if kind == "cpu" else kind
 
 
