@@ -10,7 +10,7 @@ CPU cell on a CUDA box would bind every rank to `cuda:LOCAL_RANK`, and on a Mac 
 
 * `cpu_rank_env(env)`, in the launcher: `CUDA_VISIBLE_DEVICES=""` and `HIP_VISIBLE_DEVICES=""`,
   so no CPU rank opens a GPU context or takes GPU memory (it would hold a context per rank on
-  a GPU another job, or the next cell, wants);
+  a GPU another job, or the next cell, wants); on macOS gloo on the loopback interface;
 * `hide_accelerator()`, in the rank before transformers is imported: torch reports no
   accelerator, as a CPU-only build does (`_get_accelerator` -> cpu, `current_accelerator()` ->
   None). Rebinding torch's private functions is the only switch there is (no environment
@@ -24,6 +24,7 @@ collection with that reason unless `PHASEBENCH_CPU_TP_ON_MAC=1` (`mac_host_reaso
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 
 import torch
@@ -34,9 +35,14 @@ CPU_TP_ON_MAC_ENV = "PHASEBENCH_CPU_TP_ON_MAC"
 HIDING_ENV = {"CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": ""}
 
 
-def cpu_rank_env(env: Mapping[str, str]) -> dict[str, str]:
-    """`env` for a CPU rank: no CUDA or HIP device visible."""
-    return {**env, **HIDING_ENV}
+def cpu_rank_env(env: Mapping[str, str], platform: str = sys.platform) -> dict[str, str]:
+    """`env` for a CPU rank: no CUDA or HIP device visible; on macOS gloo on the loopback
+    interface (`lo0`) unless the user chose one, since a Mac's hostname often resolves to no
+    address gloo can use (PyTorch's own macOS CI sets the same: .ci/pytorch/macos-test.sh)."""
+    out = {**env, **HIDING_ENV}
+    if platform == "darwin":
+        out.setdefault("GLOO_SOCKET_IFNAME", "lo0")
+    return out
 
 
 def reported_accelerator() -> str | None:

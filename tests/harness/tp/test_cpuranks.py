@@ -34,8 +34,12 @@ def simulate_accelerator(monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
 
 
 def test_the_launcher_makes_no_gpu_visible_to_a_cpu_rank():
-    env = cpu_rank_env({"PATH": "/bin", "CUDA_VISIBLE_DEVICES": "0,1"})
+    env = cpu_rank_env({"PATH": "/bin", "CUDA_VISIBLE_DEVICES": "0,1"}, platform="linux")
     assert env == {"PATH": "/bin", "CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": ""}
+    # macOS: gloo on the loopback interface, unless the user named one.
+    assert cpu_rank_env({}, platform="darwin")["GLOO_SOCKET_IFNAME"] == "lo0"
+    mine = cpu_rank_env({"GLOO_SOCKET_IFNAME": "en0"}, platform="darwin")
+    assert mine["GLOO_SOCKET_IFNAME"] == "en0"
 
 
 @pytest.mark.parametrize("kind", ["cuda", "mps"])
