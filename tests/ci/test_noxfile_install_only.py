@@ -91,9 +91,10 @@ def processes(monkeypatch: pytest.MonkeyPatch) -> Processes:
 @pytest.mark.parametrize(
     ("name", "call"),
     [
+        # One session per path through the noxfile: `_install` then a command (tests; lint
+        # and tests-tp are the same path), `_run_matrix` (smoke), `_bench`'s device check
+        # (bench-cuda), `_run_verdict` (doctor).
         ("tests", functools.partial(noxfile.tests.func, transformers="5.24.0")),
-        ("tests-tp", noxfile.tests_tp.func),
-        ("lint", noxfile.lint.func),
         ("smoke", noxfile.smoke.func),
         ("bench-cuda", noxfile.bench_cuda.func),
         ("doctor", noxfile.doctor.func),
