@@ -57,17 +57,25 @@ def _groups(*names: str) -> list[str]:
     return requirements
 
 
-def _probe(session: nox.Session, condition: str) -> bool:
-    """Evaluate a Python expression inside the session's interpreter."""
+def _probe(session: nox.Session, condition: str, *, installing: bool = False) -> bool | None:
+    """Evaluate a Python expression inside the session's interpreter; None when nox skipped it.
+
+    `installing`: the answer decides what to install, so it runs under `--install-only` too
+    (`session.run_install`; nox skips it only on a reused environment with `--no-install`).
+    Otherwise it is a run-time check, which `--install-only` skips (`session.run`)."""
     code = (
         f"try:\n    ok = bool({condition})\nexcept Exception:\n    ok = False\nprint('PROBE', ok)"
     )
-    out = session.run("python", "-c", code, silent=True, log=False)
+    run = session.run_install if installing else session.run
+    out = run("python", "-c", code, silent=True, log=False)
+    if out is None:
+        return None
     return isinstance(out, str) and "PROBE True" in out
 
 
 def _has_torch(session: nox.Session) -> bool:
-    return _probe(session, "__import__('importlib.util').util.find_spec('torch')")
+    found = _probe(session, "__import__('importlib.util').util.find_spec('torch')", installing=True)
+    return found is True
 
 
 def _install_torch(session: nox.Session) -> None:
@@ -84,14 +92,20 @@ def _install(session: nox.Session, *groups: str, extra: tuple[str, ...] = ()) ->
     # The torch just installed (or the user's) is a constraint for everything after it:
     # torchao, bitsandbytes and optimum-quanto would otherwise pull another torch build (a
     # 5.5 GB CUDA one on a CPU box).
-    session.install(*_groups(*groups), *extra, "-c", _torch_constraint(session))
+    constraint = _torch_constraint(session)
+    if constraint is None:  # --no-install on a reused environment: nox installs nothing
+        return
+    session.install(*_groups(*groups), *extra, "-c", constraint)
 
 
-def _torch_constraint(session: nox.Session) -> str:
-    """A constraints file pinning the session's torch to the version it has."""
-    out = session.run(
+def _torch_constraint(session: nox.Session) -> str | None:
+    """A constraints file pinning the session's torch to the version it has (None when nox
+    skips the install step). `run_install`: it runs under --install-only, which builds images."""
+    out = session.run_install(
         "python", "-c", "import torch; print('TORCH', torch.__version__)", silent=True, log=False
     )
+    if out is None:
+        return None
     found = re.search(r"TORCH (\S+)", out if isinstance(out, str) else "")
     if found is None:
         session.error("torch is not importable after installing it; see the pip output above")
@@ -189,7 +203,7 @@ def _bench(session: nox.Session, device: str, matrix: str, *groups: str) -> None
         "cuda": "__import__('torch').cuda.is_available()",
         "mps": "__import__('torch').backends.mps.is_available()",
     }[device]
-    if not _probe(session, available):
+    if _probe(session, available) is False:  # None: --install-only, nothing runs
         session.error(f"bench-{device}: no {device} device on this machine; run it where there is")
     _run_matrix(session, matrix, HISTORY_DIR, f"{REPORT_DIR}/{device}")
 
@@ -218,7 +232,8 @@ def _run_matrix(session: nox.Session, matrix: str, history: str, out: str, *extr
     # Exit 5: nothing selected (an empty shard, a -k that matches nothing) is not a failure.
     failed = False
     try:
-        session.run(*args, success_codes=[0, 5])
+        if session.run(*args, success_codes=[0, 5]) is None:
+            return  # --install-only: nothing ran, nothing to report
     except CommandFailed as error:
         # 1 = some cells failed: their report still comes first. Anything else (2 interrupted,
         # 3 internal error, 4 a broken matrix or usage error) ran nothing worth reporting.

@@ -15,7 +15,8 @@ same model object and prompt, in alternating order (ABC, CBA, ...):
   `torch.inference_mode`, timed as optimum-benchmark's
   `PerTokenLatencySessionTrackerLogitsProcessor` does (a minimal reimplementation:
   optimum-benchmark is not in our package index): a clock read before the call, a timestamp in
-  a logits processor at every step (a CUDA event on CUDA, as optimum does); prefill latency =
+  a logits processor at every step (a CUDA event on CUDA, as optimum does, recorded on the
+  current stream of the model's own device, not whichever device is current); prefill latency =
   first timestamp - start; per-token latency = the mean of successive timestamp differences
   (N - 1 per call);
 * **instrumented**: `Engine.generate`, the suite's untimed asserting pass (KV bytes, memory and
@@ -54,19 +55,26 @@ from benchmarks.harness.model.models import ModelSpec, build_model, load_model_s
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
+def cuda_event(device: torch.device) -> Any:
+    """A timing event recorded now on `device`'s current stream (`event.record()` alone records
+    on the current device's, which is cuda:0 unless something set it, whatever the model's)."""
+    event = torch.cuda.Event(enable_timing=True)
+    event.record(torch.cuda.current_stream(device))
+    return event
+
+
 class TokenTimestamps(LogitsProcessor):
     """optimum-benchmark's per-token tracker, reduced to what it measures: one timestamp per
     generation step, taken when the step's logits reach the processors (before the argmax)."""
 
     def __init__(self, device: torch.device) -> None:
+        self.device = device
         self.cuda = device.type == "cuda"
         self.events: list[Any] = []
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if self.cuda:
-            event = torch.cuda.Event(enable_timing=True)
-            event.record()
-            self.events.append(event)
+            self.events.append(cuda_event(self.device))
         else:
             self.events.append(time.perf_counter())
         return scores
@@ -74,7 +82,7 @@ class TokenTimestamps(LogitsProcessor):
     def since(self, start: Any) -> list[float]:
         """Seconds from `start` to each timestamp."""
         if self.cuda:
-            torch.cuda.synchronize()
+            torch.cuda.synchronize(self.device)
             return [start.elapsed_time(e) / 1e3 for e in self.events]
         return [e - start for e in self.events]
 
@@ -84,11 +92,7 @@ def optimum_style_run(model: Any, ids: torch.Tensor, new_tokens: int) -> tuple[f
     device = ids.device
     stamps = TokenTimestamps(device)
     pad = model.generation_config.pad_token_id
-    if device.type == "cuda":
-        start: Any = torch.cuda.Event(enable_timing=True)
-        start.record()
-    else:
-        start = time.perf_counter()
+    start: Any = cuda_event(device) if device.type == "cuda" else time.perf_counter()
     with torch.inference_mode():
         model.generate(
             input_ids=ids,

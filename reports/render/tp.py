@@ -11,13 +11,18 @@ a cell with `tp` > 1 (`params.tp`; a matrix that does not name the axis runs tp 
   No twin, or a figure missing on either side: None (`—`), never 1.0 by construction;
 - per rank, the max over ranks: `weights_rank_bytes` (`tp_weights_rank_bytes`, the stored
   bytes of the rank's shards), `kv_rank_after_prefill_bytes` / `kv_rank_final_bytes`
-  (`tp_kv_rank_*_bytes`), `peak_rank_bytes` (`tp_peak_rank_bytes`, ranks without a figure left
-  out). The tp-1 row without per-rank lists reads the single device's `weights_bytes`,
-  `kv_measured_*_bytes` and the first of `tables.PEAK_MEMORY_FIELDS`; a tp > 1 row never
-  falls back to them (they may be one rank's or the global figure). Weights and KV carry their
-  ratio to the twin's (1/tp is an even split); the peak does not (its field may differ);
-- the slowest rank per measurement (`tp_slowest_rank_counts`: the timed rounds each rank was
-  the slowest; ties name every such rank);
+  (`tp_kv_rank_*_bytes`), the peaks `load_peak_rank_bytes` (`tp_load_peak_rank_bytes`: loading)
+  and `run_peak_rank_bytes` (`tp_run_peak_rank_bytes`: the run after it; a record from before
+  issue 42 has one `tp_peak_rank_bytes`, read at the end of the run, shown here), ranks without
+  a figure left out. The tp-1 row without per-rank lists reads the single device's
+  `weights_bytes`, `kv_measured_*_bytes` and, for the run peak, the first of
+  `tables.PEAK_MEMORY_FIELDS`; a tp > 1 row never falls back to them (they may be one rank's or
+  the global figure). Weights and KV carry their ratio to the twin's (1/tp is an even split);
+  the peaks do not (their fields may differ);
+- how far apart the ranks started a round, per measurement (`tp_start_skew_s`, the median over
+  the timed rounds of max(t0) - min(t0) on the ranks' one clock): the part of the round's time
+  that is the ranks leaving the barrier at different moments. A run whose ranks shared no clock
+  (several hosts, `tp_round_clock` `per_rank`) has none, and its row says its times are per rank;
 - `allreduce_bytes_per_step_estimate` (`tp_allreduce_bytes_per_step_estimate`): an estimate,
   labelled so, never measured.
 
@@ -56,28 +61,27 @@ RANK_FIGURES = (
     # decode benchmark's holds P + 1).
     ("kv_rank_final_bytes", "KV/rank final (max)", "tp_kv_rank_final_bytes",
      ("generate:kv_measured_final_bytes",)),
-    ("peak_rank_bytes", "peak/rank (max)", "tp_peak_rank_bytes", PEAK_MEMORY_FIELDS),
+    ("load_peak_rank_bytes", "load peak/rank (max)", "tp_load_peak_rank_bytes", ()),
+    ("run_peak_rank_bytes", "run peak/rank (max)", "tp_run_peak_rank_bytes", PEAK_MEMORY_FIELDS),
 )  # fmt: skip
+# Records written before issue 42 hold one peak per rank, read at the end of the run.
+_OLD_RUN_PEAK = "tp_peak_rank_bytes"
 _RATIO_FIGURES = ("weights_rank_bytes", "kv_rank_after_prefill_bytes", "kv_rank_final_bytes")
 ALLREDUCE = "allreduce_bytes_per_step_estimate"
 ALLREDUCE_HEAD = "all-reduce/step (estimate)"
 
 
 @dataclass(frozen=True)
-class Slowest:
-    """Which rank(s) held one measurement's timed rounds back most often."""
+class StartSkew:
+    """How far apart the ranks started one measurement's rounds (median, seconds)."""
 
     measurement: str
-    ranks: tuple[int, ...]  # every rank with the most counts
-    count: int
-    rounds: int  # the counts' sum: the measurement's timed rounds
+    seconds: float
 
     @property
     def text(self) -> str:
-        """'decode r1 (4/5)'; a tie 'decode r0, r1 (2/4 each)'."""
-        names = ", ".join(f"r{r}" for r in self.ranks)
-        each = " each" if len(self.ranks) > 1 else ""
-        return f"{self.measurement} {names} ({self.count}/{self.rounds}{each})"
+        """'decode 0.12 ms'."""
+        return f"{self.measurement} {self.seconds * 1e3:.3g} ms"
 
 
 @dataclass(frozen=True)
@@ -90,9 +94,10 @@ class TpRow:
     cell_id: str
     values: Mapping[str, float | None]
     per_rank: Mapping[str, tuple[int | None, ...]] = field(default_factory=dict)
-    slowest: tuple[Slowest, ...] = ()
+    skew: tuple[StartSkew, ...] = ()
     speedups: Mapping[str, float | None] = field(default_factory=dict)
     ratios: Mapping[str, float | None] = field(default_factory=dict)
+    per_rank_times: bool = False  # the ranks shared no clock: each round is a rank's own time
 
     @property
     def is_twin(self) -> bool:
@@ -104,7 +109,8 @@ class TpRow:
         """'tp 2 (gloo)', 'tp 1 (single device)'."""
         if self.is_twin:
             return "tp 1 (single device)"
-        return f"tp {self.tp}" + (f" ({self.backend})" if self.backend else "")
+        notes = [n for n in (self.backend, "per-rank times" if self.per_rank_times else None) if n]
+        return f"tp {self.tp}" + (f" ({', '.join(notes)})" if notes else "")
 
     def efficiency(self, name: str) -> float | None:
         """The speed-up per device (speed-up / tp), None without a speed-up."""
@@ -112,9 +118,9 @@ class TpRow:
         return None if speedup is None else speedup / self.tp
 
     @property
-    def slowest_text(self) -> str:
-        """'prefill r0 (5/5), decode r1 (3/5)'; '—' without counts."""
-        return ", ".join(s.text for s in self.slowest) or NO_RATIO
+    def skew_text(self) -> str:
+        """'prefill 0.4 ms, decode 0.12 ms'; '—' without a figure."""
+        return ", ".join(s.text for s in self.skew) or NO_RATIO
 
 
 @dataclass(frozen=True)
@@ -189,21 +195,18 @@ def _rank_list(benches: Sequence[BenchmarkResult], key: str) -> tuple[int | None
     return ()
 
 
-def _slowest(bench: BenchmarkResult) -> Slowest | None:
-    counts = [int(c) if (c := _number(x)) is not None else 0 for x in
-              bench.extra.get("tp_slowest_rank_counts") or ()]  # fmt: skip
-    if not counts or max(counts) <= 0:
-        return None
-    top = max(counts)
-    ranks = tuple(r for r, c in enumerate(counts) if c == top)
-    return Slowest(_measurement(bench), ranks, top, sum(counts))
+def _skew(bench: BenchmarkResult) -> StartSkew | None:
+    seconds = _number(bench.extra.get("tp_start_skew_s"))
+    return None if seconds is None else StartSkew(_measurement(bench), seconds)
 
 
 def _row(tp: int, benches: Sequence[BenchmarkResult]) -> TpRow:
     values: dict[str, float | None] = {name: _first(benches, name) for name, _ in SPEEDS}
     per_rank: dict[str, tuple[int | None, ...]] = {}
     for name, _, key, fallback in RANK_FIGURES:
-        ranks = per_rank[name] = _rank_list(benches, key)
+        ranks = per_rank[name] = _rank_list(benches, key) or (
+            _rank_list(benches, _OLD_RUN_PEAK) if name == "run_peak_rank_bytes" else ()
+        )
         known = [r for r in ranks if r is not None]
         if known:
             values[name] = float(max(known))
@@ -215,8 +218,10 @@ def _row(tp: int, benches: Sequence[BenchmarkResult]) -> TpRow:
     # Per decode step: a prefill record's figure is per prefill forward (B x P tokens).
     values[ALLREDUCE] = _fallback(benches, "decode:tp_allreduce_bytes_per_step_estimate")
     backend = next((b for x in benches if isinstance(b := x.extra.get("tp_backend"), str)), None)
-    slowest = tuple(s for b in benches if (s := _slowest(b)) is not None)
-    return TpRow(tp, backend, benches[0].cell_id, values, per_rank, slowest)
+    skew = tuple(s for b in benches if (s := _skew(b)) is not None)
+    per_rank_times = any(b.extra.get("tp_round_clock") == "per_rank" for b in benches)
+    return TpRow(tp, backend, benches[0].cell_id, values, per_rank, skew,
+                 per_rank_times=per_rank_times)  # fmt: skip
 
 
 def _ratio(value: float | None, reference: float | None) -> float | None:
@@ -230,8 +235,8 @@ def _with_twin(row: TpRow, twin: TpRow | None) -> TpRow:
         return row
     speedups = {n: _ratio(row.values.get(n), twin.values.get(n)) for n, _ in SPEEDS}
     ratios = {n: _ratio(row.values.get(n), twin.values.get(n)) for n in _RATIO_FIGURES}
-    return TpRow(row.tp, row.backend, row.cell_id, row.values, row.per_rank, row.slowest,
-                 speedups, ratios)  # fmt: skip
+    return TpRow(row.tp, row.backend, row.cell_id, row.values, row.per_rank, row.skew,
+                 speedups, ratios, row.per_rank_times)  # fmt: skip
 
 
 def tp_tables(benchmarks: Iterable[BenchmarkResult]) -> list[TpTable]:
@@ -292,7 +297,7 @@ def columns() -> list[tuple[str, str]]:
     for name, head in SPEEDS:
         out += [(f"value:{name}", head), (f"speedup:{name}", f"{head.split()[0]} speed-up (eff.)")]
     out += [(f"value:{name}", head) for name, head, _, _ in RANK_FIGURES]
-    return [*out, ("slowest:", "slowest rank (rounds)"), (f"value:{ALLREDUCE}", ALLREDUCE_HEAD)]
+    return [*out, ("skew:", "rank start skew (median)"), (f"value:{ALLREDUCE}", ALLREDUCE_HEAD)]
 
 
 def cell_text(row: TpRow, column: str) -> str:
@@ -300,7 +305,7 @@ def cell_text(row: TpRow, column: str) -> str:
     kind, _, name = column.partition(":")
     if kind == "speedup":
         return speedup_text(row, name)
-    return row.slowest_text if kind == "slowest" else figure_text(row, name)
+    return row.skew_text if kind == "skew" else figure_text(row, name)
 
 
 def markdown(tables: Sequence[TpTable], heading: str = "####") -> str:

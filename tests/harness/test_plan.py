@@ -34,8 +34,12 @@ def test_positions_beyond_the_model_are_a_skip_reason_at_exactly_p_plus_n_minus_
     )
 
 
-def test_an_absent_device_is_a_skip_reason():
-    assert "cuda:7 unavailable" in str(skip_reason(cell(device="cuda:7")))
+@pytest.mark.parametrize("gpus", [0, 8])
+def test_an_absent_device_is_a_skip_reason(monkeypatch, gpus):
+    """cuda:64 is absent on a CPU box and on an 8-GPU node alike (cuda:7 is not, issue 42)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    assert "cuda:64 unavailable" in str(skip_reason(cell(device="cuda:64")))
 
 
 def test_build_order_groups_each_model_device_dtype_in_first_appearance_order():

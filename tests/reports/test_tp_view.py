@@ -1,7 +1,8 @@
 """The tensor-parallel view (issue 32, build item 6): cells of a `tp` axis against their tp-1 twin.
 
 `reports.render.tp.tp_tables` on synthetic `BenchmarkResult`s with known figures (speed-up and
-efficiency, `—` without a tp-1 twin, per-rank maxima, the slowest rank, the estimate's label),
+efficiency, `—` without a tp-1 twin, per-rank maxima, load and run peaks, the ranks' start
+skew, the estimate's label),
 and end to end on a synthetic history: the report's section only with tp > 1 cells and
 `python -m reports tp`, its bad input one line and exit 2.
 """
@@ -65,27 +66,31 @@ def single(prefill, decode, *, cell=CELL, **axes):
     ]  # fmt: skip
 
 
-def tp_cell(tp, prefill, decode, *, cell=CELL, slowest=None, peaks=None, **axes):
+def tp_cell(tp, prefill, decode, *, cell=CELL, skew=(4e-4, 1.2e-4), peaks=None, **axes):
     """A tp cell: weights and KV split evenly (rank 0 holds 8 KiB more weights: the embedding),
-    `slowest` the (prefill, decode) per-rank slowest counts."""
-    prefill_slowest, decode_slowest = slowest or ([5] + [0] * (tp - 1), [0] * (tp - 1) + [5])
+    `skew` the (prefill, decode) median start skew in seconds, `peaks` the run peaks (the load
+    peaks are 1 MiB above them)."""
+    prefill_skew, decode_skew = skew
+    run_peaks = peaks if peaks is not None else [3000 * KIB] * tp
     shared = {
         "tp_size": tp,
         "tp_backend": "gloo",
         "tp_weights_rank_bytes": [1000 * KIB // tp + 8 * KIB] + [1000 * KIB // tp] * (tp - 1),
         "tp_kv_rank_after_prefill_bytes": [64 * KIB // tp] * tp,
         "tp_kv_rank_final_bytes": [96 * KIB // tp] * tp,
-        "tp_peak_rank_bytes": peaks if peaks is not None else [3000 * KIB] * tp,
+        "tp_load_peak_rank_bytes": [None if p is None else p + 1024 * KIB for p in run_peaks],
+        "tp_run_peak_rank_bytes": run_peaks,
+        "tp_round_clock": "one_clock",
         "tp_allreduce_bytes_per_step_estimate": 2 * (tp - 1) * 4 * KIB // tp,
     }
     return [
         # A prefill record's estimate is per prefill forward (B x P tokens), not per step.
         bench("prefill", cell, {**shared, "prefill_tok_per_s": prefill,
-                                "tp_slowest_rank_counts": prefill_slowest,
+                                "tp_start_skew_s": prefill_skew,
                                 "tp_allreduce_bytes_per_step_estimate": 24 * 2 * (tp - 1) * 4
                                 * KIB // tp}, tp=tp, **axes),
         bench("decode", cell, {**shared, "decode_tok_per_s": decode,
-                               "tp_slowest_rank_counts": decode_slowest}, tp=tp, **axes),
+                               "tp_start_skew_s": decode_skew}, tp=tp, **axes),
     ]  # fmt: skip
 
 
@@ -112,25 +117,27 @@ def test_speed_up_and_efficiency_are_to_the_single_device_twin():
     assert figure_text(two, "weights_rank_bytes") == "508.00 KiB (0.51\u00d7)"
     assert figure_text(two, "kv_rank_after_prefill_bytes") == "32.00 KiB (0.50\u00d7)"
     assert figure_text(four, "kv_rank_final_bytes") == "24.00 KiB (0.25\u00d7)"
-    assert figure_text(two, "peak_rank_bytes") == "2.93 MiB"  # no ratio: its field may differ
+    assert figure_text(two, "run_peak_rank_bytes") == "2.93 MiB"  # no ratio: fields may differ
+    assert figure_text(two, "load_peak_rank_bytes") == "3.93 MiB"
     assert rank_text(two, "weights_rank_bytes") == "r0 508.00 KiB, r1 500.00 KiB"
     # the twin's own bytes stand for its one rank
     assert figure_text(one, "weights_rank_bytes") == "1000.00 KiB"
     assert figure_text(one, "kv_rank_final_bytes") == "96.00 KiB"
-    assert figure_text(one, "peak_rank_bytes") == "3.91 MiB"
+    assert figure_text(one, "run_peak_rank_bytes") == "3.91 MiB"
+    assert figure_text(one, "load_peak_rank_bytes") == NO_RATIO  # one device: not read apart
     assert rank_text(one, "weights_rank_bytes") == ""
     # the all-reduce figure is labelled an estimate; the single device has none
     assert figure_text(two, "allreduce_bytes_per_step_estimate") == "\u2248 4.00 KiB"
     assert figure_text(one, "allreduce_bytes_per_step_estimate") == NO_RATIO
-    assert two.slowest_text == "prefill r0 (5/5), decode r1 (5/5)"
-    assert one.slowest_text == NO_RATIO
+    assert two.skew_text == "prefill 0.4 ms, decode 0.12 ms"
+    assert one.skew_text == NO_RATIO
     text = markdown([table])
     assert "| tp | prefill tok/s | prefill speed-up (eff.) | decode tok/s |" in text
     assert "all-reduce/step (estimate) |" in text
     assert (
         "| tp 2 (gloo) | 180 tok/s | 1.80\u00d7 (90 %) | 15 tok/s | 1.50\u00d7 (75 %) | "
-        "508.00 KiB (0.51\u00d7) | 32.00 KiB (0.50\u00d7) | 48.00 KiB (0.50\u00d7) | 2.93 MiB | "
-        "prefill r0 (5/5), decode r1 (5/5) | \u2248 4.00 KiB |"
+        "508.00 KiB (0.51\u00d7) | 32.00 KiB (0.50\u00d7) | 48.00 KiB (0.50\u00d7) | 3.93 MiB | "
+        "2.93 MiB | prefill 0.4 ms, decode 0.12 ms | \u2248 4.00 KiB |"
     ) in text
     assert "| tp 1 (single device) | 100 tok/s | reference | 10 tok/s | reference |" in text
 
@@ -166,13 +173,36 @@ def test_the_twin_may_name_tp_1_and_a_tp_row_never_borrows_single_device_bytes()
     assert figure_text(table.rows[1], "weights_rank_bytes") == NO_RATIO
     # ranks without a peak are left out of the max; none at all is no figure
     (table,) = tp_tables(tp_cell(2, 1, 1, peaks=[None, 5 * KIB]))
-    assert table.rows[0].values["peak_rank_bytes"] == 5 * KIB
-    assert rank_text(table.rows[0], "peak_rank_bytes") == "r0 n/a, r1 5.00 KiB"
+    assert table.rows[0].values["run_peak_rank_bytes"] == 5 * KIB
+    assert rank_text(table.rows[0], "run_peak_rank_bytes") == "r0 n/a, r1 5.00 KiB"
     (table,) = tp_tables(tp_cell(2, 1, 1, peaks=[None, None]))
-    assert table.rows[0].values["peak_rank_bytes"] is None
-    # a tie names every rank with the most counts
-    (table,) = tp_tables(tp_cell(2, 1, 1, slowest=([2, 2], [0, 0])))
-    assert table.rows[0].slowest_text == "prefill r0, r1 (2/4 each)"
+    assert table.rows[0].values["run_peak_rank_bytes"] is None
+
+
+def test_a_record_from_before_issue_42_still_reads():
+    """One `tp_peak_rank_bytes` (read at the end of the run) and slowest-rank counts: the peak
+    shows as the run's, the counts (barrier-exit skew) nowhere, and no load peak or skew."""
+    old = [
+        bench("decode", extra={"decode_tok_per_s": 9.0, "tp_size": 2, "tp_backend": "gloo",
+                               "tp_peak_rank_bytes": [7 * KIB, 6 * KIB],
+                               "tp_slowest_rank_counts": [2, 1]}, tp=2),
+    ]  # fmt: skip
+    (table,) = tp_tables([*single(100.0, 10.0), *old])
+    row = table.rows[1]
+    assert row.values["run_peak_rank_bytes"] == 7 * KIB
+    assert row.values["load_peak_rank_bytes"] is None
+    assert row.skew_text == NO_RATIO
+    assert "slowest" not in markdown([table])
+    assert "(2/3)" not in markdown([table])
+
+
+def test_ranks_on_several_hosts_are_labelled_per_rank_and_have_no_skew():
+    cell = tp_cell(2, 180.0, 15.0, skew=(None, None))
+    for b in cell:
+        b.extra["tp_round_clock"] = "per_rank"
+    (table,) = tp_tables([*single(100.0, 10.0), *cell])
+    assert table.rows[1].label == "tp 2 (gloo, per-rank times)"
+    assert table.rows[1].skew_text == NO_RATIO
 
 
 def test_groups_without_tp_cells_make_no_table_and_other_params_split_groups():
@@ -231,11 +261,14 @@ def tp_history(tmp_path: Path, runs: int = 2, tps=(1, 2, 4)) -> Path:
                             "kv_measured_after_prefill_bytes", 8 * KIB
                         ),
                         "tp_kv_rank_final_bytes": per_rank("kv_measured_final_bytes", 16 * KIB),
-                        "tp_peak_rank_bytes": per_rank("peak_rss_bytes", 64 * KIB * tp),
+                        "tp_load_peak_rank_bytes": per_rank("peak_rss_bytes", 96 * KIB * tp),
+                        "tp_run_peak_rank_bytes": per_rank("peak_rss_bytes", 64 * KIB * tp),
                         "tp_allreduce_bytes_per_step_estimate": 1536,
                     }
                     if extra["measurement"] in ("prefill", "decode"):
-                        extra["tp_slowest_rank_counts"] = [1] * (tp - 1) + [3]
+                        extra["tp_start_skew_s"] = (
+                            2.5e-4 if extra["measurement"] == "decode" else 1e-3
+                        )
                 for key in ("prefill_tok_per_s", "decode_tok_per_s"):
                     if key in extra:
                         extra[key] *= SPEED[tp]
@@ -268,7 +301,7 @@ def test_the_report_shows_the_section_only_with_tp_cells(tmp_path):
     assert '322.00 KiB <span class="meta">(0.25\u00d7)</span>' in html  # weights/rank at tp 4
     assert "all-reduce/step (estimate)" in html
     assert "\u2248 1.50 KiB" in html
-    assert "prefill r3 (3/6)<br>decode r3 (3/6)" in html
+    assert "prefill 1 ms<br>decode 0.25 ms" in html
     assert 'title="r0 16.00 KiB, r1 16.00 KiB, r2 16.00 KiB, r3 16.00 KiB"' in html
     assert html.count('16.00 KiB <span class="meta">(0.25\u00d7)') == 1  # b1 p128 tp 4, KV
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 import transformers
 
 from benchmarks.harness.device.freemem import FreeMemory
@@ -23,7 +24,7 @@ from benchmarks.suite.tp.cells import (
     save_fit_reason,
     tp_cell_reason,
 )
-from benchmarks.suite.tp.record import ReplayTimer, allreduce_bytes_estimate, slowest_rank_counts
+from benchmarks.suite.tp.record import ReplayTimer, allreduce_bytes_estimate
 
 pytest_plugins = ["pytester"]
 LOADS_TP = tp_loading() is not None
@@ -67,6 +68,7 @@ def test_an_old_transformers_skips_with_the_too_old_reason():
 
 @pytest.mark.skipif(not LOADS_TP, reason=too_old_reason())
 def test_devices_and_memory_decide_the_skip(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)  # a Mac has its own
     monkeypatch.setattr(tp_cells, "device_count", lambda device_type: 2)
     assert tp_cells.tp_cell_reason(CELL) is None
     monkeypatch.setattr(tp_cells, "device_count", lambda device_type: 1)
@@ -79,6 +81,28 @@ def test_devices_and_memory_decide_the_skip(monkeypatch: pytest.MonkeyPatch):
     assert reason.startswith("per rank of tp 2:")
     assert "> 0.0 MB free on cpu / 2 ranks (test, shared by 2 ranks)" in reason
     monkeypatch.setenv("PHASEBENCH_IGNORE_FIT", "1")
+    assert tp_cells.tp_cell_reason(CELL) is None
+
+
+@pytest.mark.skipif(not LOADS_TP, reason=too_old_reason())
+def test_a_cpu_tp_cell_runs_on_a_cuda_host_and_is_skipped_on_an_mps_host(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """The smoke matrix's tp-2 CPU cell on the hosts the project is for (simulated: what the
+    collection consults). On a CUDA box it runs (its ranks hide the GPU); on a Mac it is
+    skipped with the reason, not crashed in transformers' MPS refusal."""
+    monkeypatch.delenv("PHASEBENCH_CPU_TP_ON_MAC", raising=False)
+    monkeypatch.setattr(tp_cells, "device_count", lambda device_type: 8)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    assert tp_cells.tp_cell_reason(CELL) is None
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    reason = tp_cells.tp_cell_reason(CELL)
+    assert reason is not None
+    assert reason.startswith("tp 2 on CPU on an MPS host")
+    monkeypatch.setenv("PHASEBENCH_CPU_TP_ON_MAC", "1")
     assert tp_cells.tp_cell_reason(CELL) is None
 
 
@@ -101,9 +125,7 @@ def test_the_replay_timer_reads_each_round_exactly():
         timer()
 
 
-def test_counts_and_the_allreduce_estimate():
-    assert slowest_rank_counts([1, 1, 0], 2) == [1, 2]
-    assert slowest_rank_counts([], 4) == [0, 0, 0, 0]
+def test_the_allreduce_estimate():
     config = transformers.LlamaConfig(hidden_size=64, num_hidden_layers=2)
     plan = {
         "model.embed_tokens": "embedding_rowwise",
@@ -144,11 +166,13 @@ import transformers
 DECODE = [0.25, 0.125, 0.5 + 1e-12]
 RESULT = {
     "tp_size": 2, "backend": "gloo", "prefill_s": [1.0, 2.0, 3.0], "decode_step_s": DECODE,
-    "prefill_slowest_rank": [0, 0, 1], "decode_slowest_rank": [1, 1, 0],
+    "round_clock": "one_clock", "prefill_start_skew_s": [0.01, 0.02, 0.03],
+    "decode_start_skew_s": [0.003, 0.001, 0.002],
     "weights_per_rank_bytes": [10, 10], "weights_global_bytes": 18,
     "kv_per_rank_after_prefill_bytes": [6, 6], "kv_per_rank_final_bytes": [8, 8],
-    "kv_tp1_after_prefill_bytes": 12, "peak_per_rank_bytes": [100, 101],
-    "peak_label": "process peak RSS", "plan": {"model.layers.*.o_proj": "rowwise"},
+    "kv_tp1_after_prefill_bytes": 12, "load_peak_per_rank_bytes": [300, 301],
+    "load_peak_label": "peak RSS, loading", "run_peak_per_rank_bytes": [100, 101],
+    "run_peak_label": "peak RSS, running", "plan": {"model.layers.*.o_proj": "rowwise"},
 }
 
 
@@ -170,14 +194,20 @@ def test_the_record_holds_exactly_the_ranks_rounds(pytester: pytest.Pytester):
     bench = json.loads(out.read_text())["benchmarks"][0]
     assert bench["stats"]["data"] == [0.25, 0.125, 0.5 + 1e-12]
     assert bench["stats"]["rounds"] == 3
-    assert bench["options"]["timer"] == "tp_replay_max_over_ranks"
+    assert bench["options"]["timer"] == "tp_replay_round_one_clock"
     info = bench["extra_info"]
     assert info["decode_step_s"] == 0.25
     assert info["decode_tok_per_s"] == 2 / 0.25
     assert info["tp_size"] == 2
-    assert info["tp_slowest_rank_counts"] == [1, 2]
+    assert "tp_slowest_rank_counts" not in info  # barrier-exit skew, not a rank's slowness
+    assert (info["tp_round_clock"], info["tp_start_skew_s"]) == ("one_clock", 0.002)
     assert info["tp_kv_rank_after_prefill_bytes"] == [6, 6]
-    assert info["tp_peak_rank_bytes"] == [100, 101]
+    assert info["tp_load_peak_rank_bytes"] == [300, 301]
+    assert info["tp_run_peak_rank_bytes"] == [100, 101]
+    assert info["memory_labels"] == {
+        "tp_load_peak_rank": "peak RSS, loading",
+        "tp_run_peak_rank": "peak RSS, running",
+    }
     assert info["tp_launch_s"] == 12.5
     # One all-reduce per layer of 2 x 1 token x 64 x 4 B, ring factor 2 x (2 - 1) / 2.
     assert info["tp_allreduce_bytes_per_step_estimate"] == 2 * 2 * 64 * 4

@@ -6,6 +6,8 @@ twin, in a subprocess as a user runs it (two gloo ranks under torchrun, ~12 s a 
 * A rank SIGKILLed mid-generate (`PHASEBENCH_TP_FAIL`): the tp cell's two tests fail with the
   launcher's reason within 60 s, the twin still runs, and no process of the run is left.
 * Where it does not (4.46): the tp cell is skipped at collection with the too-old reason.
+
+On an MPS host the suite skips CPU tp cells (`cpuranks.mac_host_reason`), and so does this module.
 """
 
 from __future__ import annotations
@@ -20,13 +22,17 @@ from typing import Any
 
 import psutil
 import pytest
+import torch
 
 from benchmarks.harness.records import median
+from benchmarks.harness.tp.cpuranks import mac_host_reason
 from benchmarks.harness.tp.launch import CACHE_ENV
 from benchmarks.harness.tp.skips import too_old_reason, tp_loading
 from tests.suite_run import ROOT, run_suite
 
 LOADS_TP = tp_loading() is not None
+_MAC = mac_host_reason(torch.backends.mps.is_available(), 2)
+pytestmark = pytest.mark.skipif(_MAC is not None, reason=_MAC or "")
 TP2 = "tiny-llama-cpu-float32-b1-p16-n4-tp2"
 TP1 = "tiny-llama-cpu-float32-b1-p16-n4-tp1"
 # The tp-2 cell first (matrix order), so "the next cell runs" is the twin after it.
@@ -68,14 +74,19 @@ def test_a_tp2_cell_records_half_the_kv_of_its_tp1_twin(tmp_path: Path, model_ca
         assert info["tp_kv_rank_after_prefill_bytes"] == [tp1_kv // 2, tp1_kv // 2]
         assert info["tp_kv_tp1_after_prefill_bytes"] == tp1_kv
         assert sum(info["tp_weights_rank_bytes"]) > info["tp_weights_global_bytes"] // 2 * 2 - 1
-        assert len(info["tp_peak_rank_bytes"]) == 2
-        assert sum(info["tp_slowest_rank_counts"]) == 3
+        # Loading and running apart, every rank's: the run's peak holds the resident shards.
+        assert len(info["tp_load_peak_rank_bytes"]) == len(info["tp_run_peak_rank_bytes"]) == 2
+        assert all(b > 0 for b in info["tp_load_peak_rank_bytes"] + info["tp_run_peak_rank_bytes"])
+        assert "loading" in info["tp_load_peak_label"]
+        assert "from the end of loading" in info["tp_run_peak_label"]  # Linux: VmHWM is reset
+        assert info["tp_round_clock"] == "one_clock"
+        assert 0 <= info["tp_start_skew_s"] < min(bench["stats"]["data"])
         assert info["tp_allreduce_bytes_per_step_estimate"] > 0
         # The ranks' rounds, not the parent's wall time: each a fraction of the launch.
         data = bench["stats"]["data"]
         assert len(data) == 3
         assert max(data) < info["tp_launch_s"]
-        assert bench["options"]["timer"] == "tp_replay_max_over_ranks"
+        assert bench["options"]["timer"] == "tp_replay_round_one_clock"
         assert "weights_bytes" not in info
         assert bench["params"]["tp"] == 2
     prefill = records[f"test_prefill_forward_tp[{TP2}]"]

@@ -68,3 +68,37 @@ def test_bad_arguments_are_a_usage_error():
     with pytest.raises(SystemExit) as info:
         vs_optimum.main(["--new-tokens", "1"])
     assert info.value.code == 2
+
+
+class FakeEvent:
+    """torch.cuda.Event: remembers the stream it was recorded on; times are set by the test."""
+
+    def __init__(self, enable_timing: bool = False) -> None:
+        assert enable_timing
+        self.stream = "none"
+        self.at_ms = 0.0
+
+    def record(self, stream=None):
+        self.stream = stream
+
+    def elapsed_time(self, other: FakeEvent) -> float:
+        return other.at_ms - self.at_ms
+
+
+def test_cuda_timestamps_are_events_on_the_cells_device_not_the_current_one(monkeypatch):
+    """A model on cuda:1 while cuda:0 is current: `event.record()` would time cuda:0's stream."""
+    synced = []
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: f"stream of {device}")
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synced.append(device))
+    cuda1 = torch.device("cuda", 1)
+    start = vs_optimum.cuda_event(cuda1)
+    stamps = vs_optimum.TokenTimestamps(cuda1)
+    scores = torch.zeros(1, 4)
+    for _ in range(3):
+        assert stamps(torch.zeros(1, 2, dtype=torch.long), scores) is scores
+    for index, event in enumerate(stamps.events):
+        event.at_ms = 10.0 * (index + 1)
+    assert [e.stream for e in (start, *stamps.events)] == ["stream of cuda:1"] * 4
+    assert stamps.since(start) == [0.01, 0.02, 0.03]
+    assert synced == [cuda1]

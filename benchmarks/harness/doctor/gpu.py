@@ -7,7 +7,9 @@ persistence mode, ECC mode and pending/uncorrected errors, MIG mode, SM clock ag
 maximum and throttle reasons (`noise.nvidia_clocks`), the enforced power limit against the
 default, and the compute/graphics processes on the GPU. `sm_clock_mhz()` samples the SM clock
 again later (the doctor reads it while its own kernels run, to tell locked clocks from idle
-ones). Every query that a GPU or driver does not support is None, never a crash.
+ones). Every query that a GPU or driver does not support is None, never a crash; so a
+misspelt NVML name would read as "unsupported" too, which is why tests/harness/device/
+test_nvml_names.py checks every name called here against the installed pynvml.
 
 It does not judge the readings (`gpuchecks.py` does) and does not sample during a benchmark
 (the suite's GPU state is `device/nvml.py`'s concern).
@@ -170,9 +172,7 @@ class NvmlProbe:
             throttle_reasons=None
             if not isinstance(throttle, str)
             else tuple(r for r in throttle.split(",") if r and r != "none"),
-            power_limit_w=_watts(
-                _ask(lambda: nv.nvmlDeviceGetEnforcedPowerManagementLimit(handle))
-            ),
+            power_limit_w=_watts(_ask(lambda: nv.nvmlDeviceGetEnforcedPowerLimit(handle))),
             default_power_limit_w=_watts(
                 _ask(lambda: nv.nvmlDeviceGetPowerManagementDefaultLimit(handle))
             ),
@@ -184,8 +184,8 @@ class NvmlProbe:
         found: dict[int, GpuProcess] = {}
         answered = False
         for kind, query in (
-            ("compute", "nvmlDeviceGetComputeProcesses"),
-            ("graphics", "nvmlDeviceGetGraphicsProcesses"),
+            ("compute", "nvmlDeviceGetComputeRunningProcesses"),
+            ("graphics", "nvmlDeviceGetGraphicsRunningProcesses"),
         ):
             listed = _ask(functools.partial(_listed, nv, query, handle))
             if listed is None:

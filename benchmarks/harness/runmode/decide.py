@@ -5,8 +5,10 @@
   class, the device and the dtype: flash-attn not installed, a kernel the device or dtype lacks,
   a model type that does not support the kernel or a static cache, `reduce-overhead` without
   CUDA, CUDA graphs (`reduce-overhead`, `max-autotune` on CUDA) without a static cache,
-  torch.compile on a CPU without a C++ compiler, a `kv_quant` backend this transformers or
-  machine lacks or a group size that cannot divide the cached tensors (`cache.quantized`).
+  torch.compile without what inductor builds with on the device (`inductor_reason`: a C++
+  compiler on CPU; Triton, a C compiler and Python's headers on CUDA), a `kv_quant` backend
+  this transformers or machine lacks or a group size that cannot divide the cached tensors
+  (`cache.quantized`).
 * `build_cell_model(spec, cell, device, dtype)`: the model built with the cell's
   `attn_implementation`, wrapped by `torch.compile` in the cell's mode (`compiled`).
 * `configure_engine(engine, cell)`: the engine's start cache for this cell (one early-allocated
@@ -25,11 +27,13 @@ import functools
 import importlib.util
 import os
 import shutil
+import sysconfig
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch._inductor.config
 import transformers
 from packaging.version import Version
 
@@ -176,9 +180,61 @@ def compile_reason(compile_mode: str | None, device_type: str, cache: str | None
             "(a dynamic cache's growing tensors are graph outputs the next replay overwrites); "
             "add `cache: static`"
         )
-    if device_type == "cpu" and not any(shutil.which(cxx) for cxx in ("g++", "c++", "clang++")):
-        return "torch.compile on CPU needs a C++ compiler (no g++, c++ or clang++ on PATH)"
+    needs = inductor_reason(device_type)
+    if needs is not None:
+        return needs
     return _mps_compile_reason(compile_mode) if device_type == "mps" else None
+
+
+def inductor_reason(device_type: str) -> str | None:
+    """What inductor (torch.compile's backend) lacks here to compile for `device_type`, or None.
+
+    * cpu: the C++ compiler inductor calls for its kernels: `torch._inductor.config.cpp.cxx`
+      ($CXX, else g++; clang++ on macOS), not any compiler on PATH.
+    * cuda: Triton, which writes inductor's GPU kernels (torch's Linux CUDA wheels depend on
+      it; other builds may lack it); the C compiler Triton builds its launcher with ($CC, else
+      gcc, else clang: triton/runtime/build.py); and Python's headers, which that launcher
+      includes (Python.h: a python3-dev package on Debian).
+    A missing piece would otherwise fail the cell at its first compiled call, not skip it.
+    """
+    if device_type == "cpu":
+        wanted = [c for c in torch._inductor.config.cpp.cxx if c]
+        if any(shutil.which(c) for c in wanted):
+            return None
+        return (
+            f"torch.compile on CPU needs the C++ compiler inductor calls ({', '.join(wanted)} "
+            "not on PATH): install it, or point CXX at one"
+        )
+    return _cuda_inductor_reason() if device_type == "cuda" else None
+
+
+def _cuda_inductor_reason() -> str | None:
+    if not _triton_installed():
+        return "torch.compile on CUDA needs Triton for inductor's kernels: pip install triton"
+    cc = os.environ.get("CC")
+    if not (shutil.which(cc) if cc else shutil.which("gcc") or shutil.which("clang")):
+        return (
+            "torch.compile on CUDA needs a C compiler for Triton's launcher (CC, else gcc or "
+            "clang): install gcc, or point CC at one"
+        )
+    headers = python_headers()
+    if not headers.is_file():
+        return (
+            f"torch.compile on CUDA needs Python's headers for Triton's launcher ({headers} "
+            "is missing): install python3-dev (Debian) or your Python's headers"
+        )
+    return None
+
+
+def _triton_installed() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+def python_headers() -> Path:
+    """Python.h where Triton's launcher build looks for it (its `posix_local` rule included)."""
+    scheme = sysconfig.get_default_scheme()
+    scheme = "posix_prefix" if scheme == "posix_local" else scheme
+    return Path(sysconfig.get_paths(scheme=scheme)["include"]) / "Python.h"
 
 
 def _mps_compile_reason(compile_mode: str) -> str | None:

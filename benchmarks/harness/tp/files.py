@@ -18,7 +18,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-SCHEMA = 1
+# 2 (issue 42): round times on one clock (`round_clock`, t0/t1 per rank), load and run peaks.
+SCHEMA = 2
 RESULT_FILE = "result.json"
 # One frame of a faulthandler dump: `  File "/path/to/x.py", line 12 in func`.
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')

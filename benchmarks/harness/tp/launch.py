@@ -46,6 +46,7 @@ from benchmarks.harness.device.devices import dtype_name
 from benchmarks.harness.model.models import ModelSpec, build_model
 from benchmarks.harness.model.saved import save_once
 from benchmarks.harness.tp.bytes import TPError
+from benchmarks.harness.tp.cpuranks import cpu_rank_env
 from benchmarks.harness.tp.files import RESULT_FILE, rank_file, read_json, stack_file, stack_frames
 from benchmarks.harness.tp.timing import threads_per_rank
 
@@ -238,7 +239,9 @@ def run_tp(
         stale.unlink(missing_ok=True)  # a record of an earlier run must not pass for this one's
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-    if options.device == "cpu":  # torchrun would set 1 and warn; the worker pins the same figure
+    if options.device == "cpu":
+        env = cpu_rank_env(env)  # no GPU visible to a CPU rank (cpuranks)
+        # torchrun would set 1 and warn; the worker pins the same figure
         threads = options.threads or threads_per_rank(len(allowed_cpus()), nproc)
         env["OMP_NUM_THREADS"] = str(max(1, threads))
     command = torchrun_command(nproc, model_dir, out, options, python)

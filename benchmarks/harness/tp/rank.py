@@ -1,7 +1,9 @@
 """What one tensor-parallel rank does once its process group is up (`worker` calls `run_rank`).
 
 1. **load**: the saved model with transformers' own TP plan (`skips.tp_loading`), offline; the
-   FutureWarnings the load raised are recorded, so a deprecated form shows in the record.
+   FutureWarnings the load raised are recorded, so a deprecated form shows in the record. The
+   rank's peak memory is read when loading ends and again over the rest of the run
+   (`rankmemory.RankPeaks`: a load peak and a run peak, each labelled).
 2. **generate**: the engine's asserting pass (`Engine.generate`: one prefill, N - 1 decode
    steps, KV measured after each by `measure_kv`) against `bytes.per_rank_kv` at P, P + 1, ...
    on this rank. The cache's K/V must be plain tensors: a `DTensor` would make `measure_kv`'s
@@ -11,15 +13,16 @@
 4. **decode** rounds: one prefill, `Engine.snapshot`, then per round `Engine.restore` (untimed)
    and one `Engine.decode_step` at position P under `timed_round`.
 
-`combine` is rank 0's view of all the ranks' records: per round the max over ranks, per-rank
-bytes side by side, the same greedy tokens on every rank, the weight shards adding up.
+Before the rounds the ranks check that they read one clock (`timing.same_clock`: one host).
+
+`combine` is rank 0's view of all the ranks' records: per round its time on one clock
+(max(t1) - min(t0), `timing.RoundTime.wall_s`) and how far apart the ranks started, per-rank
+bytes and peaks side by side, the same greedy tokens on every rank, the weight shards adding up.
 """
 
 from __future__ import annotations
 
 import argparse
-import resource
-import sys
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -38,8 +41,17 @@ from benchmarks.harness.tp.bytes import (
     shard_errors,
 )
 from benchmarks.harness.tp.files import RESULT_FILE, SCHEMA, write_json
+from benchmarks.harness.tp.rankmemory import RankPeaks, peak_counter
 from benchmarks.harness.tp.skips import too_old_reason, tp_loading, tp_plan_for
-from benchmarks.harness.tp.timing import RoundTime, TorchGroup, sync_before_barrier, timed_round
+from benchmarks.harness.tp.timing import (
+    RoundTime,
+    TorchGroup,
+    round_clock,
+    round_walls,
+    same_clock,
+    sync_before_barrier,
+    timed_round,
+)
 
 _AUTO_MODEL: Any = transformers.AutoModelForCausalLM
 
@@ -83,7 +95,7 @@ def distributed_tensors(cache: Any) -> list[str]:
 
 def _kv_check(
     engine: Engine, config: Any, plan: dict[str, str], args: argparse.Namespace, world: int
-) -> tuple[dict[str, Any], list[str], list[list[int]]]:
+) -> tuple[dict[str, Any], list[str], list[list[int]], int | None]:
     dtype = parse_dtype(args.dtype)
     vocab = int(text_config(config).vocab_size)
     ids = make_prompt(args.batch, args.prompt_len, vocab, args.seed)
@@ -107,7 +119,8 @@ def _kv_check(
         "tp1_analytic_after_prefill_bytes": tp1,
         "match": analytic == measured,
     }
-    return kv, errors, run.generated_ids.tolist()
+    # The pass resets the device's peak at each phase: its own phase peaks go to the run peak.
+    return kv, errors, run.generated_ids.tolist(), run.peak_allocated_bytes
 
 
 def _prefill_rounds(
@@ -140,20 +153,6 @@ def _decode_rounds(
     return rounds, snapshot.kv_bytes
 
 
-def peak_memory(device: torch.device) -> tuple[int | None, str]:
-    """This rank's peak memory over its whole life (load, generate, every round), and its label.
-
-    CUDA: `max_memory_allocated` of its device (the caching allocator's tensors, not the
-    reserve). CPU: the process's peak RSS (`getrusage` ru_maxrss: KiB on Linux, bytes on
-    macOS), which includes torch and transformers themselves, not only the model.
-    """
-    if device.type == "cuda":
-        return int(torch.cuda.max_memory_allocated(device)), "cuda max_memory_allocated"
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    scale = 1 if sys.platform == "darwin" else 1024
-    return int(peak) * scale, "process peak RSS (getrusage ru_maxrss, interpreter included)"
-
-
 def run_rank(
     args: argparse.Namespace,
     group: TorchGroup,
@@ -163,19 +162,29 @@ def run_rank(
 ) -> dict[str, Any]:
     """Load, assert the bytes, time the rounds; this rank's record (rank 0 adds `result.json`)."""
     world = group.world
+    peaks = RankPeaks.start(peak_counter(device))
     enter("load")
     model, load_warnings = load_tp_model(str(args.model_dir), world, parse_dtype(args.dtype))
+    peaks.loaded()
     engine = Engine(model, device)
     engine.check_request(args.prompt_len, args.new_tokens)
     plan = model_plan(model)
     weights = rank_weights(model)
 
     enter("generate")
-    kv, errors, tokens = _kv_check(engine, model.config, plan, args, world)
+    peaks.mark()
+    kv, errors, tokens, generate_peak = _kv_check(engine, model.config, plan, args, world)
+    peaks.fold(generate_peak)
+    peaks.mark()
+    one_clock = same_clock(group)
 
     def time_it(call: Callable[[], Any]) -> tuple[Any, RoundTime]:
         return timed_round(
-            call, group, lambda: device_sync(device), sync_first=sync_before_barrier(backend)
+            call,
+            group,
+            lambda: device_sync(device),
+            sync_first=sync_before_barrier(backend),
+            one_clock=one_clock,
         )
 
     vocab = int(text_config(model.config).vocab_size)
@@ -187,7 +196,7 @@ def run_rank(
     want = kv["analytic_after_prefill_bytes"]
     if snapshot_bytes != want:
         errors.append(f"decode snapshot holds {snapshot_bytes} B, analytic {want} B")
-    peak_bytes, peak_label = peak_memory(device)
+    peaks.mark()
     record: dict[str, Any] = {
         "transformers": transformers.__version__,
         "torch": torch.__version__,
@@ -196,13 +205,15 @@ def run_rank(
         "kv": kv,
         "weights": weights.to_json(),
         "generated_ids": tokens,
-        "prefill_s": [r.rank_s[group.rank] for r in prefill],
-        "prefill_rank_s": [list(r.rank_s) for r in prefill],
-        "decode_step_s": [r.rank_s[group.rank] for r in decode],
-        "decode_rank_s": [list(r.rank_s) for r in decode],
+        # Every rank's t0 and t1 per round (perf_counter seconds), for a reader who wants more
+        # than the round's time: the same lists on every rank (gathered).
+        "prefill_t0_s": [list(r.t0_s) for r in prefill],
+        "prefill_t1_s": [list(r.t1_s) for r in prefill],
+        "decode_t0_s": [list(r.t0_s) for r in decode],
+        "decode_t1_s": [list(r.t1_s) for r in decode],
+        "round_clock": round_clock(one_clock),
         "plan": plan,  # the plan the model applied: the all-reduce estimate counts its rules
-        "peak_bytes": peak_bytes,
-        "peak_label": peak_label,
+        **peaks.to_json(),
         "errors": errors,
     }
     everyone = group.gather_objects(record)  # after every timed round: outside any timing
@@ -218,7 +229,8 @@ def combine(
     prefill: Sequence[RoundTime],
     decode: Sequence[RoundTime],
 ) -> dict[str, Any]:
-    """The run as a whole from every rank's record: the round times are the max over ranks."""
+    """The run as a whole from every rank's record: each round's time on one clock
+    (`RoundTime.wall_s`; per-rank across hosts, `round_clock`), per-rank bytes and peaks."""
     errors = [f"rank {i}: {e}" for i, r in enumerate(records) for e in r["errors"]]
     weights = [RankWeights(**r["weights"]) for r in records]
     errors += shard_errors(weights)
@@ -237,10 +249,11 @@ def combine(
         "new_tokens": args.new_tokens,
         "rounds": args.rounds,
         "warmup": args.warmup,
-        "prefill_s": [r.max_s for r in prefill],
-        "prefill_slowest_rank": [r.slowest_rank for r in prefill],
-        "decode_step_s": [r.max_s for r in decode],
-        "decode_slowest_rank": [r.slowest_rank for r in decode],
+        "round_clock": records[0]["round_clock"],
+        "prefill_s": round_walls(prefill),
+        "prefill_start_skew_s": [r.start_skew_s for r in prefill],
+        "decode_step_s": round_walls(decode),
+        "decode_start_skew_s": [r.start_skew_s for r in decode],
         "kv_per_rank_after_prefill_bytes": [
             r["kv"]["measured_after_prefill_bytes"] for r in records
         ],
@@ -252,8 +265,10 @@ def combine(
         "weights_per_rank_bytes": [w.local_bytes for w in weights],
         "weights_global_bytes": weights[0].global_bytes,
         "plan": records[0].get("plan") or {},
-        "peak_per_rank_bytes": [r.get("peak_bytes") for r in records],
-        "peak_label": records[0].get("peak_label"),
+        "load_peak_per_rank_bytes": [r.get("load_peak_bytes") for r in records],
+        "load_peak_label": records[0].get("load_peak_label"),
+        "run_peak_per_rank_bytes": [r.get("run_peak_bytes") for r in records],
+        "run_peak_label": records[0].get("run_peak_label"),
         "same_tokens": same_tokens,
         "generated_ids": tokens[0],
         "errors": errors,

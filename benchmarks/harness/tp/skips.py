@@ -11,7 +11,8 @@
   `from_pretrained` would apply); None: the model type has none (GPT-2, Falcon in 5.24).
 * `tp_skip_reason(...)`: the collection-time reason a tp cell cannot run, or None. In order:
   no TP in this transformers; no plan for the model type; too few devices (CUDA: one rank per
-  visible device; CPU: gloo, `threads_per_rank = cores // tp` must be >= 1; MPS: no backend);
+  visible device; CPU: gloo, `threads_per_rank = cores // tp` must be >= 1, and not on an MPS
+  host unless asked, `cpuranks.mac_host_reason`; MPS: no backend);
   query or KV heads the plan cannot split (`bytes.per_rank_kv`). The memory fit is apart
   (`bytes.rank_fit_estimate`): it builds the architecture on the meta device.
 """
@@ -32,6 +33,7 @@ from benchmarks.harness.device.cpustate import allowed_cpus
 from benchmarks.harness.errors import KVError
 from benchmarks.harness.model.models import DTYPE_KWARG_SINCE
 from benchmarks.harness.tp.bytes import TPError, per_rank_kv
+from benchmarks.harness.tp.cpuranks import mac_host_reason
 from benchmarks.harness.tp.timing import threads_per_rank
 
 _TRANSFORMERS_VERSION = Version(transformers.__version__)
@@ -108,7 +110,7 @@ def device_count(device_type: str) -> int:
     return 0
 
 
-def _device_reason(tp: int, device_type: str, count: int) -> str | None:
+def _device_reason(tp: int, device_type: str, count: int, mps_host: bool) -> str | None:
     if device_type == "cuda":
         if count < tp:
             return (
@@ -122,7 +124,7 @@ def _device_reason(tp: int, device_type: str, count: int) -> str | None:
                 f"tp {tp} on CPU gives each rank {count} // {tp} = 0 threads ({count} cores "
                 "allowed); lower tp to at most the core count"
             )
-        return None
+        return mac_host_reason(mps_host, tp)
     return (
         f"tp {tp} on {device_type}: phasebench runs tensor parallel on cuda (NCCL) or cpu "
         "(gloo) only"
@@ -151,11 +153,12 @@ def tp_skip_reason(
     device_type: str,
     loading: TPLoading | None,
     count: int,
+    mps_host: bool = False,
 ) -> str | None:
     """Why a cell of `config` at `tp` cannot run here, or None (module docstring's order).
 
-    `loading` is `tp_loading()` and `count` is `device_count(device_type)`, passed in so the
-    rule is a pure function of them.
+    `loading` is `tp_loading()`, `count` is `device_count(device_type)` and `mps_host` is
+    `torch.backends.mps.is_available()`, passed in so the rule is a pure function of them.
     """
     if tp < 1:
         return f"tp is {tp}; use 1, 2, 4 or 8"
@@ -170,7 +173,7 @@ def tp_skip_reason(
             f"model type {model_type!r} has no tensor-parallel plan (`base_model_tp_plan`) in "
             f"transformers {transformers.__version__}; run it at tp 1 or pick a model that has one"
         )
-    device = _device_reason(tp, device_type, count)
+    device = _device_reason(tp, device_type, count, mps_host)
     if device is not None:
         return device
     return _heads_reason(config, plan, tp)

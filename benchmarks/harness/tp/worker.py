@@ -7,9 +7,10 @@
         --fail-at init|load|generate|prefill|decode]
 
 Each rank joins the process group (gloo on CPU, NCCL on CUDA with one rank per device, the
-rank's `LOCAL_RANK` naming its GPU), pins its CPU threads to `--threads`, by default
-`cores // world` (the ranks share the cores; more threads than that would make them fight), and
-hands over to `rank.run_rank`.
+rank's `LOCAL_RANK` naming its GPU; a CPU rank first hides the host's accelerator from torch
+and transformers, `cpuranks.hide_accelerator`, and records what it hid), pins its CPU threads
+to `--threads`, by default `cores // world` (the ranks share the cores; more threads than that
+would make them fight), and hands over to `rank.run_rank`.
 
 Every rank writes `OUT/rank<R>.json` at each stage (atomically: a reader never sees half a
 file), so a rank that dies or hangs leaves its last stage behind, and at the end its whole
@@ -42,6 +43,7 @@ import psutil
 import torch
 
 from benchmarks.harness.device.cpustate import allowed_cpus
+from benchmarks.harness.tp.cpuranks import hide_accelerator
 from benchmarks.harness.tp.files import SCHEMA, rank_file, stack_file, write_json
 from benchmarks.harness.tp.timing import TorchGroup, threads_per_rank
 
@@ -141,11 +143,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _device_and_backend(device_type: str, local_rank: int) -> tuple[torch.device, str]:
+def _device_and_backend(
+    device_type: str, local_rank: int, report: Report
+) -> tuple[torch.device, str]:
     if device_type == "cuda":
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)  # NCCL and transformers' mesh use the current device
         return device, "nccl"
+    # Before transformers is imported (run_rank): its mesh would take the host's accelerator.
+    report.data["hidden_accelerator"] = hide_accelerator()
+    report.data["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
     return torch.device("cpu"), "gloo"
 
 
@@ -164,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     enter = FailurePoint(args, rank, report)
     try:
         report.stage("init")
-        device, backend = _device_and_backend(args.device, local_rank)
+        device, backend = _device_and_backend(args.device, local_rank, report)
         threads = args.threads or threads_per_rank(len(allowed_cpus()), world)
         if threads < 1:
             raise RuntimeError(f"{len(allowed_cpus())} cores cannot give {world} ranks a thread")

@@ -126,6 +126,7 @@ def tp_cell_reason(cell: Cell, models_dir: Path | None = None) -> str | None:
         device_type=device_type,
         loading=tp_loading(),
         count=device_count(device_type),
+        mps_host=torch.backends.mps.is_available(),
     )
     if reason is not None or os.environ.get(IGNORE_FIT_ENV, "0") not in ("", "0"):
         return reason

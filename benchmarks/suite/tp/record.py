@@ -1,9 +1,10 @@
 """A tensor-parallel cell's pytest-benchmark record: the ranks' own round times, replayed.
 
 The ranks time each round themselves (`tp.timing`: barrier -> sync -> t0 -> call -> sync -> t1
-on every rank, the round's time the max over ranks); the parent saw none of it. `ReplayTimer`
-hands exactly those times to `benchmark.pedantic`, whose timed target does nothing, so the
-record's statistics are the ranks' rounds, not this process's wall time (docs/tensor-parallel.md).
+on every rank, the round's time max(t1) - min(t0) on one clock); the parent saw none of it.
+`ReplayTimer` hands exactly those times to `benchmark.pedantic`, whose timed target does
+nothing, so the record's statistics are the ranks' rounds, not this process's wall time
+(docs/tensor-parallel.md).
 
 `tp_measurement` writes the record: the fields a single-device prefill/decode record has where
 they mean the same thing (`prefill_s`, `prefill_tok_per_s`, `decode_step_s`,
@@ -15,7 +16,6 @@ per-rank bytes are in the `tp_*` lists, so nothing is counted twice; the rooflin
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -24,11 +24,14 @@ from benchmarks.harness.device.devices import parse_dtype
 from benchmarks.harness.matrix.cells import Cell
 from benchmarks.harness.records import median
 from benchmarks.harness.roofline.peaks import Peaks
+from benchmarks.harness.tp.timing import ONE_CLOCK
 from benchmarks.suite.rounds import EXTRA_INFO_SCHEMA, Progress
 from benchmarks.suite.tp.cells import TPRun
 from benchmarks.suite.tp.roofline import tp_roofline_fields
 
-REPLAY_TIMER = "tp_replay_max_over_ranks"
+REPLAY_TIMER = "tp_replay_round_one_clock"
+# Across hosts (no shared clock) a round is its slowest rank's own t1 - t0: a per-rank figure.
+REPLAY_TIMER_PER_RANK = "tp_replay_per_rank_max"
 # transformers' TP styles whose layer output is summed over the ranks (an all-reduce).
 ALLREDUCE_STYLES = frozenset({"rowwise", "embedding_rowwise", "rowwise_split_input"})
 # The whole-model roofline fields stay None: a tp cell's roofline is per rank (`tp_roofline`).
@@ -61,10 +64,10 @@ class ReplayTimer:
     ranks' figures bit for bit. More reads than `2 * len(d)` raise: a round nobody measured.
     """
 
-    def __init__(self, durations: Sequence[float]) -> None:
+    def __init__(self, durations: Sequence[float], name: str = REPLAY_TIMER) -> None:
         self.durations = [float(d) for d in durations]
         self.reads = 0
-        self.__name__ = REPLAY_TIMER  # pytest-benchmark saves the timer by name
+        self.__name__ = name  # pytest-benchmark saves the timer by name
 
     def __call__(self) -> float:
         round_index, is_end = divmod(self.reads, 2)
@@ -81,16 +84,15 @@ def _nothing() -> None:
     """The replayed rounds' target: the ranks already ran the timed call."""
 
 
-def replay_rounds(benchmark: Any, durations: Sequence[float]) -> None:
+def replay_rounds(benchmark: Any, durations: Sequence[float], name: str = REPLAY_TIMER) -> None:
     """`benchmark.pedantic` over `durations` through a `ReplayTimer` (no warmup: the ranks did)."""
-    benchmark._timer = ReplayTimer(durations)  # read by pedantic's runner at each round
+    benchmark._timer = ReplayTimer(durations, name)  # read by pedantic's runner at each round
     benchmark.pedantic(_nothing, rounds=len(durations), warmup_rounds=0, iterations=1)
 
 
-def slowest_rank_counts(slowest: Sequence[int], world: int) -> list[int]:
-    """Per rank, how many timed rounds it was the slowest in."""
-    counts = Counter(slowest)
-    return [counts.get(rank, 0) for rank in range(world)]
+def _median_or_none(values: Sequence[float | None]) -> float | None:
+    known = [float(v) for v in values if v is not None]
+    return median(known) if known else None
 
 
 def allreduce_bytes_estimate(
@@ -133,7 +135,10 @@ def tp_measurement(
     plan = {str(k): str(v) for k, v in (result.get("plan") or {}).items()}
     tokens = cell.batch * (cell.prompt_len if measurement == "prefill" else 1)
     ranks = [r or {} for r in launched.ranks]
-    peak_label = str(result.get("peak_label") or "")
+    one_clock = result.get("round_clock") == ONE_CLOCK
+    timer = REPLAY_TIMER if one_clock else REPLAY_TIMER_PER_RANK
+    load_label = str(result.get("load_peak_label") or "")
+    run_label = str(result.get("run_peak_label") or "")
     info.update(
         {
             "schema": EXTRA_INFO_SCHEMA,
@@ -143,8 +148,10 @@ def tp_measurement(
             "rounds": cell.rounds,
             "min_timed_s": cell.min_timed_s,  # not applied: the ranks time exactly `rounds`
             "seed": cell.seed,
-            "timer": REPLAY_TIMER,
+            "timer": timer,
             "sync": f"{result['backend']}: barrier, device sync, t0, call, device sync, t1",
+            "tp_round_clock": result.get("round_clock"),
+            "tp_start_skew_s": _median_or_none(result.get(f"{measurement}_start_skew_s") or []),
             "tp_size": world,
             "tp_backend": result["backend"],
             "tp_threads_per_rank": ranks[0].get("threads"),
@@ -155,12 +162,11 @@ def tp_measurement(
             "tp_kv_rank_final_bytes": result["kv_per_rank_final_bytes"],
             "tp_kv_tp1_after_prefill_bytes": result["kv_tp1_after_prefill_bytes"],
             "tp_kv_final_positions": cell.final_positions,
-            "tp_peak_rank_bytes": result.get("peak_per_rank_bytes") or [None] * world,
-            "tp_peak_label": peak_label,
-            "memory_labels": {"tp_peak_rank": peak_label},
-            "tp_slowest_rank_counts": slowest_rank_counts(
-                result[f"{measurement}_slowest_rank"], world
-            ),
+            "tp_load_peak_rank_bytes": result.get("load_peak_per_rank_bytes") or [None] * world,
+            "tp_run_peak_rank_bytes": result.get("run_peak_per_rank_bytes") or [None] * world,
+            "tp_load_peak_label": load_label,
+            "tp_run_peak_label": run_label,
+            "memory_labels": {"tp_load_peak_rank": load_label, "tp_run_peak_rank": run_label},
             "tp_allreduce_bytes_per_step_estimate": allreduce_bytes_estimate(
                 run.config, plan, dtype=cell.dtype, tokens=tokens, world=world
             ),
@@ -171,17 +177,18 @@ def tp_measurement(
             "roofline_note": ROOFLINE_NOTE,
         }
     )
-    replay_rounds(benchmark, times)
+    replay_rounds(benchmark, times, timer)
     middle = median(times)
+    how = "one clock, first start to last end" if one_clock else "per rank: no shared clock"
     if measurement == "prefill":
         info["prefill_s"] = middle
         info["prefill_tok_per_s"] = cell.batch * cell.prompt_len / middle
-        progress(f"{cell.id}: prefill median {middle * 1e3:.1f} ms (max over {world} ranks)")
+        progress(f"{cell.id}: prefill median {middle * 1e3:.1f} ms ({world} ranks, {how})")
     else:
         info["decode_step_s"] = middle
         info["decode_tok_per_s"] = cell.batch / middle
         info["context_len"] = cell.prompt_len
-        progress(f"{cell.id}: decode step median {middle * 1e3:.2f} ms (max over {world} ranks)")
+        progress(f"{cell.id}: decode step median {middle * 1e3:.2f} ms ({world} ranks, {how})")
     info.update(
         tp_roofline_fields(
             result,

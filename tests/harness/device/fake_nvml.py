@@ -1,5 +1,12 @@
 """A fake pynvml: GPUs with UUIDs, clocks, throttle bits, power and an energy counter, per GPU.
 
+Every fake pynvml of the tests derives from `PynvmlFake` (or is made by `fake_module`), which
+holds it to the installed nvidia-ml-py's own names: a fake cannot define an `nvml*` / `NVML_*`
+name the real module lacks (class creation fails), and the code under test cannot read one
+from it (`UnknownNvmlName`, a BaseException, so the code's `except Exception` cannot swallow
+it). A fake therefore cannot share a wrong name with the code, as the doctor's once did
+(`nvmlDeviceGetEnforcedPowerManagementLimit` for `nvmlDeviceGetEnforcedPowerLimit`).
+
 Each GPU's readings are plain attributes a test changes between calls (the energy counter
 advances as the "rounds" run); a reading set to None raises like NVML's NotSupported. The
 cumulative violation counters (ns, by perf policy) and the driver's sample buffers (by sampling
@@ -11,9 +18,65 @@ type: (timestamp_us, value) pairs, as nvmlDeviceGetSamples returns them) are att
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import re
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
+
+import pynvml
+
+# The names pynvml exports (functions, constants) or its result structs carry (`nvmlReturn`).
+NVML_NAME = re.compile(r"nvml[A-Z]\w*|NVML_[A-Z0-9_]+")
+
+
+@functools.cache
+def _struct_fields() -> frozenset[str]:
+    fields: set[str] = set()
+    for value in vars(pynvml).values():
+        if isinstance(value, type) and issubclass(value, ctypes.Structure | ctypes.Union):
+            fields.update(name for name, *_ in getattr(value, "_fields_", ()))
+    return frozenset(fields)
+
+
+def real_nvml_name(name: str) -> bool:
+    """Whether the installed pynvml has `name`: a module attribute or a result struct's field."""
+    return hasattr(pynvml, name) or name in _struct_fields()
+
+
+class UnknownNvmlName(BaseException):
+    """The code under test read an NVML name the real pynvml does not have."""
+
+
+class PynvmlFake:
+    """Base of every fake pynvml module: only the real module's names (module docstring)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        wrong = sorted(n for n in vars(cls) if NVML_NAME.fullmatch(n) and not real_nvml_name(n))
+        if wrong:
+            raise TypeError(f"{cls.__name__} fakes names pynvml does not have: {wrong}")
+
+    def __getattr__(self, name: str) -> Any:
+        if NVML_NAME.fullmatch(name) and not real_nvml_name(name):
+            raise UnknownNvmlName(f"pynvml has no {name!r}: the code calls a name it lacks")
+        raise AttributeError(name)
+
+
+class _Namespace(PynvmlFake):
+    pass
+
+
+def fake_module(**attributes: Any) -> Any:
+    """A fake pynvml with exactly these attributes (`PynvmlFake`'s rules)."""
+    wrong = sorted(n for n in attributes if NVML_NAME.fullmatch(n) and not real_nvml_name(n))
+    if wrong:
+        raise TypeError(f"fake pynvml names pynvml does not have: {wrong}")
+    module = _Namespace()
+    vars(module).update(attributes)
+    return module
+
 
 NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_NOT_FOUND = 6
@@ -46,7 +109,7 @@ class FakeGpu:
 
 
 @dataclass
-class FakeNvml:
+class FakeNvml(PynvmlFake):
     gpus: list[FakeGpu]
     fail_init: bool = False
     inits: int = 0

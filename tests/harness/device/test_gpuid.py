@@ -11,6 +11,7 @@ import torch
 
 from benchmarks.harness.device import fingerprint, gpuid, noise
 from benchmarks.harness.device.gpuid import normalize_uuid, nvml_index
+from tests.harness.device.fake_nvml import fake_module
 
 # A 4-GPU box as NVML lists it (PCI bus order), with the UUIDs NVML prints.
 NVML_UUIDS = [
@@ -31,7 +32,7 @@ def fake_nvml(uuids=NVML_UUIDS, *, as_bytes=False, fail=False):
         text = uuids[int(handle.removeprefix("h"))]
         return text.encode() if as_bytes else text
 
-    return SimpleNamespace(
+    return fake_module(
         nvmlDeviceGetCount=get_count,
         nvmlDeviceGetHandleByIndex=lambda i: f"h{i}",
         nvmlDeviceGetUUID=get_uuid,
@@ -88,7 +89,7 @@ def test_an_nvml_failure_gives_no_handle():
 
 def test_nvidia_clocks_read_the_gpu_torch_names_not_the_same_number():
     read = []
-    nvml = SimpleNamespace(
+    nvml = fake_module(
         **vars(fake_nvml()),
         nvmlInit=lambda: None,
         nvmlShutdown=lambda: None,
@@ -103,7 +104,7 @@ def test_nvidia_clocks_read_the_gpu_torch_names_not_the_same_number():
 
 
 def test_nvidia_clocks_without_a_mapping_read_nothing():
-    nvml = SimpleNamespace(**vars(fake_nvml()), nvmlInit=lambda: None, nvmlShutdown=lambda: None)
+    nvml = fake_module(**vars(fake_nvml()), nvmlInit=lambda: None, nvmlShutdown=lambda: None)
     none = lambda index: None  # noqa: E731
     env = {"CUDA_VISIBLE_DEVICES": "1,2"}
     assert noise.nvidia_clocks(0, nvml=nvml, torch_uuid=none, environ=env) == {}

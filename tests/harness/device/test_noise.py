@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import types
 
 import pytest
 import torch
@@ -22,6 +21,7 @@ from benchmarks.harness.device.noise import (
     thermal_state,
     warmup_until_stable,
 )
+from tests.harness.device.fake_nvml import fake_module
 
 
 def feed(values):
@@ -154,7 +154,7 @@ def fake_nvml(*, fail_init=False, fail_temperature=False):
             raise RuntimeError("not supported")
         return 61
 
-    return types.SimpleNamespace(
+    return fake_module(
         nvmlInit=init,
         nvmlShutdown=lambda: None,
         nvmlDeviceGetHandleByIndex=lambda i: f"gpu{i}",

@@ -12,6 +12,7 @@ import pytest
 
 from benchmarks.harness.doctor import gpu
 from benchmarks.harness.doctor.gpu import GpuProcess, NvmlProbe, NvmlUnavailableError
+from tests.harness.device.fake_nvml import PynvmlFake
 
 UUIDS = ["GPU-aaaa", "GPU-bbbb"]
 
@@ -20,7 +21,7 @@ class NotSupportedError(Exception):
     """What pynvml raises for a query the GPU does not support."""
 
 
-class FakeNvml:
+class FakeNvml(PynvmlFake):
     """Two GPUs in NVML (PCI) order; GPU 1 is busy with someone else's job and has ECC trouble."""
 
     NVML_CLOCK_SM = 1
@@ -105,7 +106,7 @@ class FakeNvml:
         self._need()
         return [0, 1]  # a change to MIG on is pending
 
-    def nvmlDeviceGetEnforcedPowerManagementLimit(self, handle):
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle):
         self._need()
         return 500_000
 
@@ -113,11 +114,11 @@ class FakeNvml:
         self._need()
         return 700_000
 
-    def nvmlDeviceGetComputeProcesses(self, handle):
+    def nvmlDeviceGetComputeRunningProcesses(self, handle):
         self._need()
         return [SimpleNamespace(pid=p, usedGpuMemory=b) for p, b in self._gpu(handle)["procs"]]
 
-    def nvmlDeviceGetGraphicsProcesses(self, handle):
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle):
         self._need()
         return [SimpleNamespace(pid=1, usedGpuMemory=None)]
 

@@ -121,3 +121,20 @@ def test_where_the_suite_skips_compiled_cells_the_probe_skips_with_its_reason(mo
     assert steps.level == "skip"
     assert "PHASEBENCH_MPS_COMPILE=1" in steps.message
     assert versions.check == "selfcheck.transformers"
+
+
+def test_on_a_gpu_the_probe_compiles_with_inductor_through_its_launch_counter():
+    """The probe compiles for real on CUDA (inductor, the suite's backend) and with `eager`
+    elsewhere (a CPU compile of a model's C++ takes minutes). The counter wraps inductor as it
+    wraps eager: shown on this CPU with a one-op function (inductor's C++ kernel, seconds)."""
+    assert sc.backend_for(torch.device("cuda", 0)) == "inductor"
+    assert sc.backend_for(CPU) == "eager"
+    counter = sc.LaunchCounter("inductor")
+    compiled = torch.compile(lambda x: x * 2.0 + 1.0, backend=counter)
+    x = torch.arange(4.0)
+    try:
+        for _ in range(3):
+            assert torch.equal(compiled(x), x * 2.0 + 1.0)
+    finally:
+        torch._dynamo.reset()
+    assert (counter.graphs, counter.launches) == (1, 3)

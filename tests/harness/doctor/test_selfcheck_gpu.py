@@ -15,6 +15,7 @@ import torch
 
 from benchmarks.harness.doctor.gpu import NvmlUnavailableError
 from benchmarks.harness.doctor.selfcheck import gpu as sg
+from tests.harness.device.fake_nvml import PynvmlFake
 
 CUDA = torch.device("cuda", 0)
 
@@ -94,7 +95,7 @@ def test_the_load_is_fed_between_reads_and_failed_reads_are_counted():
     assert len(fed) == updates.reads - 1  # once before every read after the first
 
 
-class FakeNvml:
+class FakeNvml(PynvmlFake):
     """pynvml's field-value and violation-status calls over counters the test advances (ns)."""
 
     NVML_SUCCESS = 0

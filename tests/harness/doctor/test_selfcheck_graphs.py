@@ -96,6 +96,28 @@ def test_a_cudagraph_skip_counted_in_the_rounds_is_bad(model):
     assert found.data["cudagraph_skips"] == 2  # one in each cell's rounds
 
 
+def test_a_graph_break_in_the_first_calls_or_the_rounds_is_bad(model):
+    """A break cuts a reduce-overhead step into several CUDA graphs with eager code between
+    them: the probe counts dynamo's breaks per cell (first calls and rounds) and says so."""
+
+    def break_at_first_prefill(count: int) -> None:
+        first_calls_record(count)
+        if count == 1:
+            counters["graph_break"]["a data-dependent branch"] += 1
+
+    def break_in_the_rounds(count: int) -> None:
+        if count == 10:
+            counters["graph_break"]["a data-dependent branch"] += 1
+
+    cells = run_cells(model, on_prefill=break_at_first_prefill, on_step=break_in_the_rounds)
+    assert [c.graph_breaks for c in cells] == [2, 2]
+    found = sgr.judge_graphs("tiny", cells)
+    assert found.level == "bad"
+    assert found.data["compile_graph_breaks"] == 4
+    assert "P=32: 2 graph break(s)" in found.message
+    assert "graph breaks cut each step into several CUDA graphs" in found.message
+
+
 def test_a_recording_inside_the_rounds_is_bad(model):
     def record_late(count: int) -> None:
         if count == 10:

@@ -77,7 +77,23 @@ def test_static_cache_reasons_follow_the_transformers_version():
     assert skip_reason(cell(cache="static")) is None
 
 
-def test_reduce_overhead_needs_cuda_and_a_static_cache():
+def a_cuda_build_host(monkeypatch, tmp_path, *, triton=True, compilers=("gcc", "g++"),
+                      headers=True):  # fmt: skip
+    """What inductor's CUDA path consults, as on a GPU box with these pieces installed."""
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setattr(runmode, "_triton_installed", lambda: triton)
+    monkeypatch.setattr(
+        runmode.shutil, "which", lambda name: f"/usr/bin/{name}" if name in compilers else None
+    )
+    header = tmp_path / ("include" if headers else "no-headers") / "Python.h"
+    if headers:
+        header.parent.mkdir(exist_ok=True)
+        header.write_text("")
+    monkeypatch.setattr(runmode, "python_headers", lambda: header)
+
+
+def test_reduce_overhead_needs_cuda_and_a_static_cache(monkeypatch, tmp_path):
+    a_cuda_build_host(monkeypatch, tmp_path)
     assert "needs CUDA, not cpu" in str(compile_reason("reduce-overhead", "cpu", "static"))
     assert "need a static cache" in str(compile_reason("reduce-overhead", "cuda", "dynamic"))
     assert compile_reason("reduce-overhead", "cuda", "static") is None
@@ -85,10 +101,12 @@ def test_reduce_overhead_needs_cuda_and_a_static_cache():
     assert compile_reason("none", "cpu", None) is None
 
 
-def test_max_autotune_captures_cuda_graphs_on_cuda_only_so_needs_a_static_cache_there(monkeypatch):
+def test_max_autotune_captures_cuda_graphs_on_cuda_only_so_needs_a_static_cache_there(
+    monkeypatch, tmp_path
+):
     """max-autotune turns inductor's CUDA graphs on as reduce-overhead does (it was treated as
     graph-free): on CUDA it needs a static cache; on a CPU there is nothing to capture."""
-    monkeypatch.setattr(runmode.shutil, "which", lambda name: "/usr/bin/g++")
+    a_cuda_build_host(monkeypatch, tmp_path)
     assert "captures CUDA graphs" in str(compile_reason("max-autotune", "cuda", "dynamic"))
     assert "captures CUDA graphs" in str(compile_reason("max-autotune", "cuda", None))
     assert compile_reason("max-autotune", "cuda", "static") is None
@@ -96,10 +114,42 @@ def test_max_autotune_captures_cuda_graphs_on_cuda_only_so_needs_a_static_cache_
     assert compile_reason("default", "cuda", "dynamic") is None
 
 
-def test_compile_on_cpu_needs_a_cxx_compiler(monkeypatch):
-    monkeypatch.setattr(runmode.shutil, "which", lambda name: None)
-    assert "needs a C++ compiler" in str(compile_reason("default", "cpu", None))
+def test_compile_on_cpu_needs_the_cxx_compiler_inductor_calls(monkeypatch, tmp_path):
+    a_cuda_build_host(monkeypatch, tmp_path, compilers=("clang++",))  # Linux: inductor calls g++
+    reason = str(compile_reason("default", "cpu", None))
+    assert "needs the C++ compiler inductor calls (g++ not on PATH)" in reason
     assert compile_reason("none", "cpu", None) is None
+    a_cuda_build_host(monkeypatch, tmp_path, compilers=("g++",))
+    assert compile_reason("default", "cpu", None) is None
+
+
+@pytest.mark.parametrize(
+    ("missing", "named"),
+    [
+        ({"triton": False}, "needs Triton for inductor's kernels: pip install triton"),
+        ({"compilers": ("g++",)}, "needs a C compiler for Triton's launcher (CC, else gcc or"),
+        ({"headers": False}, "needs Python's headers for Triton's launcher"),
+    ],
+)
+def test_compile_on_cuda_needs_triton_a_c_compiler_and_pythons_headers(
+    monkeypatch, tmp_path, missing, named
+):
+    """inductor writes Triton kernels on CUDA, and Triton builds a C launcher against Python.h:
+    without one of them every compiled CUDA cell would fail at its first call, not skip."""
+    a_cuda_build_host(monkeypatch, tmp_path)
+    assert compile_reason("default", "cuda", "static") is None
+    a_cuda_build_host(monkeypatch, tmp_path, **missing)
+    assert named in str(compile_reason("default", "cuda", "static"))
+    assert named in str(skip_reason(cell(device="cuda", dtype="bfloat16", compile="default")))
+
+
+def test_triton_takes_cc_before_gcc_and_clang(monkeypatch, tmp_path):
+    a_cuda_build_host(monkeypatch, tmp_path, compilers=("clang", "my-cc"))
+    assert compile_reason("default", "cuda", "static") is None  # clang when there is no gcc
+    monkeypatch.setenv("CC", "missing-cc")
+    assert "C compiler" in str(compile_reason("default", "cuda", "static"))
+    monkeypatch.setenv("CC", "my-cc")
+    assert compile_reason("default", "cuda", "static") is None
 
 
 def test_run_mode_cells_skip_the_hf_generate_overhead_comparison():

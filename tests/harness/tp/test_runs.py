@@ -8,12 +8,21 @@
 * A rank SIGKILLed mid-run and a rank that hangs end the run with that rank's reason within the
   timeout, and no process of the run is left (psutil over every process, not only the tree);
   nor when the launcher itself is interrupted.
+* On a host whose torch reports an accelerator (a CUDA build: simulated by
+  `fake_accelerator/sitecustomize.py`, which makes every process of the run report `cuda` where
+  transformers and torch look), the CPU ranks still run on the CPU with no GPU visible.
+
+On an MPS host every test here is skipped with `cpuranks.mac_host_reason` (as the suite skips
+CPU tp cells there).
 
 One thread per rank (`threads=1`), so the runs take the same few seconds on any machine.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -31,6 +40,7 @@ from benchmarks.harness.cache.kv import analytic_kv
 from benchmarks.harness.model.models import ModelSpec, build_model
 from benchmarks.harness.tp import launch
 from benchmarks.harness.tp.bytes import MLA_LATENT_SINCE
+from benchmarks.harness.tp.cpuranks import mac_host_reason
 from benchmarks.harness.tp.launch import (
     CACHE_ENV,
     GRACE_S,
@@ -47,6 +57,9 @@ PROMPT, NEW, ROUNDS = 8, 4, 2
 OPTIONS = WorkerOptions(prompt_len=PROMPT, new_tokens=NEW, rounds=ROUNDS, warmup=1, threads=1)
 TIMEOUT_S = 120.0  # a healthy run takes ~10 s on 2 cores; the failure tests use less
 LOADS_TP = tp_loading() is not None
+FAKE_ACCELERATOR = Path(__file__).parent / "fake_accelerator"
+_MAC = mac_host_reason(torch.backends.mps.is_available(), 2)
+pytestmark = pytest.mark.skipif(_MAC is not None, reason=_MAC or "")
 
 
 # DeepSeek-V3 with MLA (tests/kv_configs.py's shape): from 5.15 the cache holds the compressed
@@ -164,17 +177,54 @@ def test_two_gloo_ranks_pass_every_byte_rule(
     assert weights[0]["local_bytes"] < dense
     assert weights[0]["sharded_count"] > 0
 
-    # Timing: every rank saw the same rounds; the run's round is the max over ranks.
+    # Timing: every rank saw the same rounds; a round is first start to last end on the one
+    # clock the ranks of this host share.
     rank0, rank1 = ranks
     assert rank0 is not None
     assert rank1 is not None
+    assert result["round_clock"] == "one_clock"
     for phase in ("prefill", "decode"):
-        rounds = rank0[f"{phase}_rank_s"]
-        assert rounds == rank1[f"{phase}_rank_s"]
-        assert len(rounds) == ROUNDS
+        starts, ends = rank0[f"{phase}_t0_s"], rank0[f"{phase}_t1_s"]
+        assert (starts, ends) == (rank1[f"{phase}_t0_s"], rank1[f"{phase}_t1_s"])
+        assert len(starts) == ROUNDS
         key = "prefill_s" if phase == "prefill" else "decode_step_s"
-        assert result[key] == [max(r) for r in rounds]
-        assert all(t > 0 for r in rounds for t in r)
+        assert result[key] == [max(b) - min(a) for a, b in zip(starts, ends, strict=True)]
+        assert result[f"{phase}_start_skew_s"] == [max(a) - min(a) for a in starts]
+        for round_starts, round_ends in zip(starts, ends, strict=True):
+            assert all(b > a for a, b in zip(round_starts, round_ends, strict=True))
+
+    # Peaks: loading and running apart, labelled; on Linux the run's peak starts after the load.
+    for record in (rank0, rank1):
+        assert record["load_peak_bytes"] > 0
+        assert record["run_peak_bytes"] > 0
+    assert result["load_peak_per_rank_bytes"] == [r["load_peak_bytes"] for r in ranks if r]
+    assert "end of loading" in result["load_peak_label"]
+    assert result["run_peak_label"].startswith("process peak RSS")
+
+
+@pytest.mark.skipif(not LOADS_TP, reason=too_old_reason())
+def test_cpu_ranks_on_a_host_with_an_accelerator_hide_it_and_run_on_the_cpu(
+    tiny_llama: SavedModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A CUDA build reports `cuda` whether or not a GPU is visible, and transformers would bind
+    every gloo rank to cuda:LOCAL_RANK (a CPU-only torch then raises): the ranks hide it."""
+    path = os.pathsep.join(filter(None, [str(FAKE_ACCELERATOR), os.environ.get("PYTHONPATH")]))
+    monkeypatch.setenv("PYTHONPATH", path)
+    monkeypatch.setenv("PHASEBENCH_FAKE_ACCELERATOR", "cuda")
+    probe = "import torch; print(torch._C._get_accelerator().type)"
+    seen = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert seen.stdout.strip() == "cuda"  # the simulation is live in a new process
+    out = tmp_path / "run"
+    run = run_tp(tiny_llama.path, out, nproc=2, options=OPTIONS, timeout_s=TIMEOUT_S)
+    assert run.ok, run.reason
+    for rank in run.ranks:
+        assert rank is not None
+        assert (rank["device"], rank["backend"]) == ("cpu", "gloo")
+        assert rank["hidden_accelerator"] == "cuda"
+        assert rank["cuda_visible_devices"] == ""
+    _assert_nothing_left(run, out)
 
 
 @pytest.mark.skipif(LOADS_TP, reason="this transformers loads TP: the runs above cover it")

@@ -175,3 +175,20 @@ def test_the_70b_config_runs_at_2_4_8_on_enough_gpus(tp: int) -> None:
     reason = _reason(_with_plan(config), 16, device_type="cuda", count=16)
     assert reason is not None
     assert "8 KV head(s) per layer < tp 16" in reason
+
+
+def test_cpu_tp_on_an_mps_host_skips_with_the_reason_and_a_cuda_host_does_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("PHASEBENCH_CPU_TP_ON_MAC", raising=False)
+    config = _with_plan(llama())
+    mac = tp_skip_reason(config, tp=2, device_type="cpu", loading=LOADS, count=8, mps_host=True)
+    assert mac is not None
+    assert mac.startswith("tp 2 on CPU on an MPS host")
+    # A CUDA box: its CPU ranks hide the GPU (cpuranks), so CPU tp runs there.
+    assert tp_skip_reason(config, tp=2, device_type="cpu", loading=LOADS, count=8) is None
+    monkeypatch.setenv("PHASEBENCH_CPU_TP_ON_MAC", "1")
+    assert (
+        tp_skip_reason(config, tp=2, device_type="cpu", loading=LOADS, count=8, mps_host=True)
+        is None
+    )

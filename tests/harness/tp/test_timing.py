@@ -1,13 +1,17 @@
 """The timing protocol of a tensor-parallel round, on fakes and on a one-rank gloo group.
 
-Every rank runs `[sync] barrier sync t0 call sync t1`, then gathers every rank's `t1 - t0`
-outside the timed region; the round's time is the slowest rank's; with NCCL the device is
+Every rank runs `[sync] barrier sync t0 call sync t1`, then gathers every rank's (t0, t1)
+outside the timed region; the round's time is max(t1) - min(t0) on one clock (the processes of
+a host share `time.perf_counter`: checked across two processes below); with NCCL the device is
 drained before the barrier too (timing.py's docstring says why).
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +20,9 @@ import torch
 from benchmarks.harness.tp.timing import (
     RoundTime,
     TorchGroup,
-    round_max,
+    clock_domain,
+    round_walls,
+    same_clock,
     sync_before_barrier,
     threads_per_rank,
     timed_round,
@@ -25,9 +31,11 @@ from benchmarks.harness.tp.timing import (
 
 class RecordingGroup:
     """One rank's group: records barrier/gather into a shared event log; the other ranks'
-    times are given, this rank's is what `timed_round` passes to the gather."""
+    (t0, t1) are given, this rank's is what `timed_round` passes to the gather."""
 
-    def __init__(self, log: list[str], others: dict[int, float], rank: int = 0) -> None:
+    def __init__(
+        self, log: list[str], others: dict[int, tuple[float, float]], rank: int = 0
+    ) -> None:
         self.log = log
         self.others = others
         self._rank = rank
@@ -43,9 +51,9 @@ class RecordingGroup:
     def barrier(self) -> None:
         self.log.append("barrier")
 
-    def gather_floats(self, value: float) -> list[float]:
+    def gather_times(self, t0: float, t1: float) -> list[tuple[float, float]]:
         self.log.append("gather")
-        return [value if r == self._rank else self.others[r] for r in range(self.world)]
+        return [(t0, t1) if r == self._rank else self.others[r] for r in range(self.world)]
 
 
 class Clock:
@@ -63,7 +71,13 @@ class Clock:
         self.now += seconds
 
 
-def _recorded_round(*, sync_first: bool, call_s: float = 0.25) -> tuple[list[str], RoundTime]:
+# The other ranks' (t0, t1) on the shared clock; this rank (0) starts at 100.0 (`Clock`).
+OTHERS = {1: (100.125, 100.625), 2: (100.0625, 100.1875)}
+
+
+def _recorded_round(
+    *, sync_first: bool, call_s: float = 0.25, one_clock: bool = True
+) -> tuple[list[str], RoundTime]:
     log: list[str] = []
     clock = Clock(log)
 
@@ -74,10 +88,11 @@ def _recorded_round(*, sync_first: bool, call_s: float = 0.25) -> tuple[list[str
 
     result, round_time = timed_round(
         call,
-        RecordingGroup(log, {1: 0.5, 2: 0.125}),
+        RecordingGroup(log, OTHERS),
         lambda: log.append("sync"),
         clock=clock,
         sync_first=sync_first,
+        one_clock=one_clock,
     )
     assert result == "token"
     return log, round_time
@@ -95,13 +110,54 @@ def test_nccl_syncs_the_device_before_the_barrier_too() -> None:
     assert log == ["sync", "barrier", "sync", "clock", "call", "sync", "clock", "gather"]
 
 
-def test_the_round_time_is_the_max_over_ranks_and_names_the_slowest() -> None:
+def test_the_round_time_is_the_first_start_to_the_last_end_on_one_clock() -> None:
     _, round_time = _recorded_round(sync_first=False, call_s=0.25)
-    assert round_time.rank_s == (0.25, 0.5, 0.125)  # this rank's own t1 - t0 at index 0
-    assert round_time.max_s == 0.5
-    assert round_time.slowest_rank == 1
-    assert RoundTime((0.3, 0.3)).slowest_rank == 0  # a tie names the lowest rank
-    assert round_max([round_time, RoundTime((0.1, 0.2))]) == [0.5, 0.2]
+    assert round_time.t0_s == (100.0, 100.125, 100.0625)  # this rank's own at index 0
+    assert round_time.t1_s == (100.25, 100.625, 100.1875)
+    assert round_time.rank_s == (0.25, 0.5, 0.125)  # each rank's own t1 - t0: per-rank figures
+    assert round_time.wall_s == 0.625  # max(t1) - min(t0), not the largest own time (0.5)
+    assert round_time.start_skew_s == 0.125  # rank 1 left the barrier 125 ms after rank 0
+    assert round_walls([round_time, RoundTime((0.0, 0.5), (1.0, 1.01))]) == [0.625, 1.01]
+
+
+def test_a_late_rank_that_finishes_last_is_in_the_round_not_hidden_by_its_short_own_time() -> None:
+    # Barrier-exit skew: rank 1 leaves the barrier 0.5 s late, its collective no longer waits,
+    # and it finishes last. The step took 1.01 s; the largest own t1 - t0 says 1.0.
+    late = RoundTime(t0_s=(0.0, 0.5), t1_s=(1.0, 1.01))
+    assert max(late.rank_s) == 1.0
+    assert late.wall_s == 1.01
+
+
+def test_across_hosts_the_round_is_the_largest_ranks_own_time_and_no_skew() -> None:
+    _, round_time = _recorded_round(sync_first=False, call_s=0.25, one_clock=False)
+    assert round_time.wall_s == 0.5  # per rank: the clocks cannot be compared
+    assert round_time.start_skew_s is None
+
+
+def _child_reads(code: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    return done.stdout.strip()
+
+
+@pytest.mark.parametrize("clock", ["perf_counter", "monotonic"])
+def test_the_processes_of_a_host_read_one_clock(clock: str) -> None:
+    """Two processes: the child's reading lies between the parent's before and after, so they
+    read one clock (a per-process clock would start near 0 in the child). Clock seconds since
+    boot here, so a per-process start would be far outside the window."""
+    read = getattr(time, clock)
+    before = read()
+    child = float(_child_reads(f"import time; print(repr(time.{clock}()))"))
+    after = read()
+    info = time.get_clock_info(clock)
+    assert before < child < after, f"{clock} ({info.implementation}) is not shared"
+    assert after - before < 60
+
+
+def test_the_processes_of_a_host_name_the_same_clock_domain() -> None:
+    code = "from benchmarks.harness.tp.timing import clock_domain; print(clock_domain())"
+    assert _child_reads(code) == clock_domain()
 
 
 def test_a_failing_call_raises_on_its_rank_before_the_gather() -> None:
@@ -121,7 +177,7 @@ class ThreadRanks:
     def __init__(self, world: int) -> None:
         self.world_size = world
         self._barrier = threading.Barrier(world, timeout=10)
-        self._slots: list[float] = [0.0] * world
+        self._slots: list[tuple[float, float]] = [(0.0, 0.0)] * world
 
     def group(self, rank: int) -> ThreadGroup:
         return ThreadGroup(self, rank)
@@ -143,29 +199,25 @@ class ThreadGroup:
     def barrier(self) -> None:
         self._ranks._barrier.wait()
 
-    def gather_floats(self, value: float) -> list[float]:
-        self._ranks._slots[self._rank] = value
+    def gather_times(self, t0: float, t1: float) -> list[tuple[float, float]]:
+        self._ranks._slots[self._rank] = (t0, t1)
         self._ranks._barrier.wait()  # every slot written
         out = list(self._ranks._slots)
         self._ranks._barrier.wait()  # every rank read before the next round writes
         return out
 
 
-def test_every_rank_sees_the_same_round_whose_time_is_the_slowest_ranks() -> None:
-    costs = {0: 0.010, 1: 0.030}  # rank 1's shard is slower
+def test_every_rank_sees_the_same_round_timed_on_the_one_clock_they_share() -> None:
+    costs = {0: 0.010, 1: 0.030}  # rank 1's shard is slower (real sleeps, real perf_counter)
     ranks = ThreadRanks(2)
     seen: dict[int, list[RoundTime]] = {}
     errors: list[BaseException] = []
 
     def run(rank: int) -> None:
-        clock = Clock([], start=1000.0 * rank)  # unrelated clocks: only differences count
-
-        def call() -> None:
-            clock.advance(costs[rank])
-
         try:
             seen[rank] = [
-                timed_round(call, ranks.group(rank), lambda: None, clock=clock)[1] for _ in range(3)
+                timed_round(lambda: time.sleep(costs[rank]), ranks.group(rank), lambda: None)[1]
+                for _ in range(3)
             ]
         except BaseException as error:  # surfaced below, not lost in the thread
             errors.append(error)
@@ -177,9 +229,10 @@ def test_every_rank_sees_the_same_round_whose_time_is_the_slowest_ranks() -> Non
         thread.join(timeout=20)
     assert errors == []
     assert seen[0] == seen[1]
-    assert [r.max_s for r in seen[0]] == pytest.approx([0.030] * 3)
-    assert [r.slowest_rank for r in seen[0]] == [1, 1, 1]
-    assert [r.rank_s for r in seen[0]] == [pytest.approx((0.010, 0.030))] * 3
+    for round_time in seen[0]:
+        assert round_time.wall_s >= 0.030  # the slower shard's sleep at least
+        assert round_time.wall_s >= max(round_time.rank_s)  # first start to last end
+        assert round_time.start_skew_s == max(round_time.t0_s) - min(round_time.t0_s)
 
 
 @pytest.mark.parametrize(
@@ -198,7 +251,8 @@ def test_torch_group_on_a_one_rank_gloo_group(tmp_path: Path) -> None:
         result, round_time = timed_round(lambda: 7, group, lambda: None)
         assert result == 7
         assert len(round_time.rank_s) == 1
-        assert round_time.max_s >= 0.0
+        assert round_time.wall_s == round_time.rank_s[0] >= 0.0
         assert group.gather_objects({"a": 1}) == [{"a": 1}]
+        assert same_clock(group) is True
     finally:
         torch.distributed.destroy_process_group()

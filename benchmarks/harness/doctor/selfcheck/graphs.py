@@ -5,10 +5,12 @@ graphs recorded, `cudagraph_or_error` on) and each module's rounds (prefill from
 cache, decode from a restored snapshot, whole generations) inside `cuda_graphs_kept` and
 `TimedWindow`, as `suite.Rounds` runs them.
 
-Counted per cell: CUDA-graph skips (`counters["inductor"]["cudagraph_skips"]`, which
-`cuda_graphs_kept` turns into `CudaGraphsSkippedError`), recordings in the first calls and in
-the rounds, and re-records. torch 2.13 has no counter for recordings: cudagraph trees log each
-one at DEBUG on the `cudagraphs` artifact logger ("Recording function=...", and "Re-recording
+Counted per cell: graph breaks (dynamo's, in the first calls and the rounds: each one cuts the
+step into several CUDA graphs with eager code and a sync between them), CUDA-graph skips
+(`counters["inductor"]["cudagraph_skips"]`, which `cuda_graphs_kept` turns into
+`CudaGraphsSkippedError`), recordings in the first calls and in the rounds, and re-records.
+torch 2.13 has no counter for recordings: cudagraph trees log each one at DEBUG on the
+`cudagraphs` artifact logger ("Recording function=...", and "Re-recording
 function=..., reason=..." when a recorded graph's inputs no longer match;
 `torch/_inductor/cudagraph_trees.py`, `record_function` and `_run`), so `GraphRecordings`
 listens there for the probe's duration. A recording inside the rounds means the rounds time a
@@ -95,6 +97,7 @@ class CellGraphs:
     rerecorded: tuple[str, ...]
     skips: int
     error: str | None = None
+    graph_breaks: int = 0  # dynamo's, first calls and rounds
 
 
 def graph_cell(model: str, device: torch.device, prompt_len: int) -> Cell:
@@ -115,15 +118,18 @@ def run_cell(engine: Engine, cell: Cell, recordings: GraphRecordings) -> CellGra
     first_count, rerecords_before = len(recordings.recorded), len(recordings.rerecorded)
     error: str | None = None
     rounds_start = first_count
+    breaks = 0
+    window = TimedWindow(cell.id, cell.compile)
     try:
-        first_calls(engine, prompt, cell.new_tokens, cell.compile)
+        compiled = first_calls(engine, prompt, cell.new_tokens, cell.compile)
+        breaks = int(compiled.get("compile_graph_breaks", 0))
         rounds_start = len(recordings.recorded)
-        window = TimedWindow(cell.id, cell.compile)
         with cuda_graphs_kept(True, cell.compile, "rounds"), window:
             module_rounds(engine, cell, prompt)
         window.check()
     except (CudaGraphsSkippedError, CompiledInTimedRoundsError) as failed:
         error = str(failed)
+    breaks += int(window.extra_info().get("compile_timed_graph_breaks", 0))
     return CellGraphs(
         prompt_len=cell.prompt_len,
         recorded_first=rounds_start - first_count,
@@ -131,6 +137,7 @@ def run_cell(engine: Engine, cell: Cell, recordings: GraphRecordings) -> CellGra
         rerecorded=tuple(recordings.rerecorded[rerecords_before:]),
         skips=DynamoCounts.now().cudagraph_skips - skips_before,
         error=error,
+        graph_breaks=breaks,
     )
 
 
@@ -151,14 +158,17 @@ def module_rounds(engine: Engine, cell: Cell, prompt: torch.Tensor) -> None:
 
 
 def judge_graphs(what: str, cells: list[CellGraphs]) -> Finding:
-    """`bad` on any skip, re-record, recording inside the rounds, or error; else `ok`."""
+    """`bad` on any graph break, skip, re-record, recording inside the rounds, or error; else
+    `ok`."""
     check = "selfcheck.cuda_graphs"
     per_cell = "; ".join(
-        f"P={c.prompt_len}: {c.recorded_first} recording(s) in the first calls, "
-        f"{c.recorded_rounds} in the rounds, {len(c.rerecorded)} re-record(s), {c.skips} skip(s)"
+        f"P={c.prompt_len}: {c.graph_breaks} graph break(s), {c.recorded_first} recording(s) "
+        f"in the first calls, {c.recorded_rounds} in the rounds, {len(c.rerecorded)} "
+        f"re-record(s), {c.skips} skip(s)"
         for c in cells
     )
     data: dict[str, JsonValue] = {
+        "compile_graph_breaks": sum(c.graph_breaks for c in cells),
         "cudagraph_skips": sum(c.skips for c in cells),
         "cudagraph_rerecords": sum(len(c.rerecorded) for c in cells),
         "cudagraph_recordings_in_rounds": sum(c.recorded_rounds for c in cells),
@@ -171,6 +181,11 @@ def judge_graphs(what: str, cells: list[CellGraphs]) -> Finding:
         problems.append("CUDA graphs were skipped (counters['inductor']['cudagraph_skips'])")
     if any(c.recorded_rounds for c in cells):
         problems.append("a graph was recorded inside the rounds, which then time a capture")
+    if any(c.graph_breaks for c in cells):
+        problems.append(
+            "graph breaks cut each step into several CUDA graphs with eager code and a sync "
+            "between them (TORCH_LOGS=graph_breaks shows where)"
+        )
     if problems:
         return Finding(
             check,
