@@ -39,23 +39,15 @@ import yaml
 
 # Options of other tools that the docs show beside ours, each with the tool it belongs to.
 EXTERNAL_OPTIONS: Mapping[str, str] = {
-    "--system-site-packages": "python -m venv (the benchmark sessions' environments)",
     "--target": "pip install (an overlay transformers for vs_optimum)",
-    "--no-deps": "pip install",
-    "--user-free-check": "pip: docs/ci.md's deliberately failing permission check",
-    "--standalone": "torchrun (python -m torch.distributed.run)",
-    "--persona": "zizmor (nox -s lint)",
-    "--missing-ok": "git write-tree",
-    "--unshallow": "git fetch",
-    "--jq": "gh api",
     "--install": "xcode-select",
-    "--url": "the GitHub runner's config.sh",
     "--token": "the GitHub runner's config.sh",
-    "--name": "the GitHub runner's config.sh",
-    "--labels": "the GitHub runner's config.sh",
     "--runnergroup": "the GitHub runner's config.sh",
-    "--ephemeral": "the GitHub runner's config.sh",
     "--unattended": "the GitHub runner's config.sh",
+    "--input": "gh api (a request body from a file)",
+    "--generate-hashes": "pip-compile (pip-tools: .github/requirements/gate.txt)",
+    "--install-only": "nox (build a session's environment, run nothing)",
+    "--disableupdate": "the GitHub runner's config.sh",
 }
 
 # Names in code quotes that are other tools' (not ours, so not in our sources), or notation.
@@ -66,10 +58,12 @@ EXTERNAL_NAMES: Mapping[str, str] = {
     "get_kv_heads_per_rank": "a transformers tensor-parallel helper",
     "_init_weights": "transformers' per-module weight initialisation",
     "benchmark_serving": "vLLM's serving benchmark script",
+    "generate_step": "mlx-lm's generation loop (mlx_lm.generate), whose prefill MLX cells copy",
+    "min_tokens": "a vLLM sampling field transformers serve refuses (HTTP 422)",
+    "integration_id": "GitHub's ruleset field (.github/rulesets/default-branch.json)",
     "inter_token_latency_s": "an llmperf result field",
     "end_to_end_latency_s": "an llmperf result field",
     "perf_event": "Linux perf events (pyperf's check)",
-    "pull_request_target": "a GitHub Actions event our workflows do not use",
     "model.generate": "transformers' GenerationMixin.generate on a model object",
     "model.compile": "torch.nn.Module.compile on a model object",
 }
@@ -78,6 +72,9 @@ EXTERNAL_NAMES: Mapping[str, str] = {
 # `*_bytes` or `*` would let any misspelt field through.
 SHAPE = re.compile(r"[a-z][a-z0-9_]{2,}[_.]\*[\w.*]*")
 OPTION = re.compile(r"(?<![\w/.$-])--[a-zA-Z][\w-]*\*?")
+OPTION_WORD = re.compile(r"--[a-zA-Z][\w-]*")
+# An option in a workflow or shell script: a word of its own, not part of a longer word.
+OPTION_IN_SCRIPT = re.compile(r"(?<![\w/.$-])--[a-zA-Z][\w-]*")
 VARIABLE = re.compile(r"\bPHASEBENCH_[A-Z0-9_]*[A-Z0-9]\b(?:_\*)?")
 SESSION = re.compile(r"nox -s\s+(\"[^\"]+\"|'[^']+'|[\w<>-]+)")
 PYTHON_M = re.compile(r"python3? -m ([\w.]+)")
@@ -331,6 +328,10 @@ def _name_ok(token: str, index: CodeIndex) -> bool:
     pattern = _as_glob(token)
     if pattern in index.patterns or _matches(pattern, index.names):
         return True
+    # `itl_chunk_*`: a family whose names a helper builds from the stem it is given
+    # (`_percentiles("itl_chunk", ...)` writes `itl_chunk_p50_s`, ...): the stem is in the code.
+    if token.endswith("_*") and token.count("*") == 1 and token[:-2] in index.names:
+        return True
     return "*" not in pattern and any(fnmatch.fnmatchcase(pattern, p) for p in index.patterns)
 
 
@@ -402,6 +403,20 @@ def defined_options(tree: ast.AST) -> set[str]:
                 elif isinstance(arg, ast.JoinedStr) and _pattern(arg).startswith("--"):
                     options.add(_pattern(arg))  # pytest-benchmark's f"--{prefix}storage"
     return options
+
+
+def passed_options(tree: ast.AST) -> set[str]:
+    """`--options` the code passes to another program (a string constant that is one option,
+    e.g. `transformers serve`'s `"--continuous-batching"`): the option exists where we call it."""
+    docstrings = _docstrings(tree)
+    return {
+        str(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in docstrings
+        and OPTION_WORD.fullmatch(node.value.split("=", 1)[0])
+    }
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
@@ -512,7 +527,7 @@ def build_index(root: Path) -> CodeIndex:
         variables.update(VARIABLE.findall(text))
         if path.endswith(".py"):
             tree = ast.parse(text, filename=path)
-            options |= defined_options(tree)
+            options |= defined_options(tree) | {o.split("=", 1)[0] for o in passed_options(tree)}
             found, shapes = code_names(tree)
             names |= found
             patterns |= shapes
@@ -522,6 +537,9 @@ def build_index(root: Path) -> CodeIndex:
                 names.add(dotted.rsplit(".", 1)[-1])  # `noise_model`: a module named alone
         elif path.endswith((".j2", ".yml")) or path == ".ci/run":
             names.update(re.findall(r"[A-Za-z_]\w*", text))  # templates, workflows
+            options.update(OPTION_IN_SCRIPT.findall(text))  # what their commands pass
+        elif path.endswith(".sh"):
+            options.update(OPTION_IN_SCRIPT.findall(text))  # a script's own options and calls
         elif path.startswith("matrix/") and path.endswith(".yaml"):
             names.update(_yaml_keys(yaml.safe_load(text)))
     for plugin in _plugin_sources():

@@ -27,17 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Stale names in docs other issues own at the time of writing; the coordinator fixes them when
 # merging and deletes the entry (the second test fails until then, so the list cannot rot).
-KNOWN_STALE: dict[tuple[str, str, str], str] = {
-    ("docs/ci.md", "module", "benchmarks.harness.shard.select_shard"): (
-        "issue 43 owns docs/ci.md: now benchmarks.harness.matrix.shard.select_shard"
-    ),
-    ("docs/ci.md", "module", "benchmarks.harness.shard.gpu_for_worker"): (
-        "issue 43 owns docs/ci.md: now benchmarks.harness.matrix.shard.gpu_for_worker"
-    ),
-    ("docs/doctor.md", "module", "selfcheck.LIMIT_S"): (
-        "issue 42 owns docs/doctor.md: now benchmarks.harness.doctor.selfcheck.run.LIMIT_S"
-    ),
-}
+KNOWN_STALE: dict[tuple[str, str, str], str] = {}
 
 
 @pytest.fixture(scope="module")

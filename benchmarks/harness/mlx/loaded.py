@@ -151,9 +151,11 @@ class MlxLoaded:
 
     def record_fields(self, cell: Cell) -> dict[str, Any]:
         """The engine and its versions; a quantized cell's method and quantization time."""
+        installed = versions()
         fields: dict[str, Any] = {
             "engine": ENGINE,
-            **{f"{name}_version": version for name, version in versions().items()},
+            "mlx_version": installed.get("mlx"),
+            "mlx_lm_version": installed.get("mlx_lm"),
             "mlx_device": device_name(self.device),
         }
         if cell.quantized:
