@@ -9,6 +9,7 @@ import random
 import pytest
 
 from reports.analysis.distributions import betainc, t_cdf, t_ppf, t_sf_two_sided
+from reports.analysis.exact import judge_exact
 from reports.analysis.judge import judge_suite
 from reports.analysis.metrics import higher_is_better
 from reports.analysis.series import (
@@ -16,7 +17,6 @@ from reports.analysis.series import (
     MetricSeries,
     Verdict,
     apply_holm,
-    judge_exact,
     summarize,
 )
 
