@@ -9,7 +9,8 @@ tests take milliseconds), so a drift of the host over minutes is followed and th
 few seconds (a point is ~0.2 s on the 2-core development VM). Each point records when it was
 taken (`session_s`, seconds since the run began; every benchmark record carries its own
 `session_window_s` on the same clock) and what other
-processes took of the CPUs meanwhile (over the window since the previous point: a probe alone
+processes took of the CPUs meanwhile (and its calls' times: their spread is the point's own
+noise) (over the window since the previous point: a probe alone
 is too short for the CPU counters), so a busy probe is not trusted blindly.
 
 `records` turns the points into one pytest-benchmark record per kind: `stats.data` is one value
@@ -25,6 +26,7 @@ Registered by `benchmarks/conftest.py`. Deliberately not here: the kernels and t
 from __future__ import annotations
 
 import os
+import statistics
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
@@ -36,7 +38,7 @@ from pytest_benchmark.stats import Stats
 from benchmarks.harness.device.cpustate import OthersCpuMeter
 from benchmarks.harness.device.devices import resolve_device
 from benchmarks.harness.probe.kernels import ProbeKernel, kernels
-from benchmarks.harness.probe.timing import time_point
+from benchmarks.harness.probe.timing import time_calls
 from benchmarks.suite.rounds import ACCELERATOR, EXTRA_INFO_SCHEMA, THREADS
 
 #: Seconds since the last probe point before the next test gets one.
@@ -54,8 +56,13 @@ class Point:
 
     at: str
     session_s: float
-    seconds: dict[str, float]
+    calls: dict[str, list[float]]
     others: dict[str, Any]
+
+    @property
+    def seconds(self) -> dict[str, float]:
+        """Each kernel's point value: the median of its calls."""
+        return {kind: statistics.median(c) for kind, c in self.calls.items()}
 
 
 @dataclass
@@ -93,7 +100,7 @@ class ProbeLog:
         threads = torch.get_num_threads()
         torch.set_num_threads(self.threads)
         try:
-            seconds = {k.kind: time_point(k) for k in self.probes}
+            calls = {k.kind: time_calls(k) for k in self.probes}
         finally:
             torch.set_num_threads(threads)
         others: dict[str, Any] = {}
@@ -103,7 +110,7 @@ class ProbeLog:
         self._meter.start()
         end = self.clock()
         self.cost_s += end - begin
-        self.points.append(Point(at, (begin + end) / 2 - self.started, seconds, others))
+        self.points.append(Point(at, (begin + end) / 2 - self.started, calls, others))
 
     def records(self) -> list[dict[str, Any]]:
         """One pytest-benchmark record per kind (module docstring); none before a point."""
@@ -140,6 +147,7 @@ def _record(
                 {
                     "at": p.at,
                     "session_s": p.session_s,
+                    "calls_s": p.calls[kernel.kind],
                     "others_cores": p.others.get("others_cores"),
                     "others_cpu_s": p.others.get("others_cpu_s"),
                     "others_window_s": p.others.get("others_window_s"),

@@ -282,7 +282,7 @@ def consistency_rows(run: Run, alpha: float = ALPHA) -> list[ConsistencyRow]:
 def _probed(host: Timeline | None, p: _Pair, rounds_limit: float, z: float) -> dict[str, Any]:
     """The probe fields of a row: the kinds' moves between the two windows, the band's widening
     (the rounds' limit and the probes' noise: each level averages two points, so a move's SD is
-    the point-to-point SD), and whether a kind moved beyond its noise."""
+    a point's), and whether a kind moved beyond its noise."""
     if host is None or p.module_window is None or p.generate_window is None:
         return {}
     moves = host.moves(p.module_window, p.generate_window)

@@ -277,7 +277,8 @@ def host_evidence(
 @dataclass(frozen=True)
 class Timeline:
     """The run's quiet probe points per kind, in time order: (seconds since the run began, log
-    seconds), and each kind's point-to-point noise (log SD)."""
+    seconds), and each kind's point noise (log SD: the spread of a point's own calls; the host's
+    move between points is signal, not noise)."""
 
     points: Mapping[str, tuple[tuple[float, float], ...]]
     noise: Mapping[str, float]
@@ -302,10 +303,27 @@ class Timeline:
         return out
 
 
+def _point_sd(calls: Sequence[Sequence[float]]) -> float:
+    """A point's own noise (log SD of its median): the calls' spread within points, pooled,
+    times 1.25 (a median's standard error) over the square root of the calls per point; 0
+    without calls (then `MIN_POINT_SD`)."""
+    squares, df, counts = 0.0, 0, []
+    for logs in calls:
+        if len(logs) >= 2:
+            mean = statistics.fmean(logs)
+            squares += sum((x - mean) ** 2 for x in logs)
+            df += len(logs) - 1
+            counts.append(len(logs))
+    if df == 0:
+        return 0.0
+    return 1.253 * math.sqrt(squares / df) / math.sqrt(statistics.fmean(counts))
+
+
 def timeline(run: Run) -> Timeline | None:
     """The run's probe points with their times (phasebench's probe records: `points[i]` has
     `session_s`; points run beside others' CPU (`probes.BUSY_SHARE`) left out); None without."""
     found: dict[str, list[tuple[float, float]]] = {}
+    spreads: dict[str, list[list[float]]] = {}
     for probe in run.probes:
         points = probe.extra.get("points")
         cpus = probe.extra.get("others_cpus")
@@ -321,12 +339,11 @@ def timeline(run: Run) -> Timeline | None:
             found.setdefault(probe.host_probe, []).append(
                 (float(point["session_s"]), math.log(value))
             )
+            calls = point.get("calls_s")
+            if isinstance(calls, list) and all(isinstance(c, int | float) and c > 0 for c in calls):
+                spreads.setdefault(probe.host_probe, []).append([math.log(c) for c in calls])
     series = {k: tuple(sorted(v)) for k, v in found.items() if len(v) >= 2}
     if not series:
         return None
-    noise = {}
-    for kind, points in series.items():
-        steps = [b - a for (_, a), (_, b) in itertools.pairwise(points)]
-        spread = robust_sd(steps) / math.sqrt(2.0) if len(steps) >= 2 else 0.0
-        noise[kind] = max(spread, MIN_POINT_SD)
+    noise = {k: max(_point_sd(spreads.get(k, [])), MIN_POINT_SD) for k in series}
     return Timeline(series, noise)
