@@ -13,11 +13,12 @@ kind, on the log scale:
 - the **gain**: how far the baseline runs' suite-wide run effects (`noise_model`) follow the
   probe, a robust slope (Theil-Sen) of run effect on probe level, clipped to [0, 1], with its
   standard error and its upper end `gain_high` (slope + 2 SE, at most 1; 1 when the baseline's
-  probes never moved far enough to tell or its run effects are unknown, and the gain then 0). What the probe explains leaves
-  the run effect's variance: `residual_var` is the biweight midvariance of `e_r - gain * P_r`
-  over those runs (`levels.biweight_var`), with `BIWEIGHT_EFFICIENCY x runs` degrees of
-  freedom. Where the host drove the baseline's run effects, a steady probe then leaves a small
-  unexplained run effect and a suite-wide move is told from the machine sharply.
+  probes never moved far enough to tell or its run effects are unknown, and the gain then 0).
+  What the probe explains leaves the run effect's variance: `residual_var` is the biweight
+  midvariance of `e_r - gain * P_r` over those runs (`levels.biweight_var`), with
+  `BIWEIGHT_EFFICIENCY x runs` degrees of freedom. Where the host drove the baseline's run
+  effects, a steady probe then leaves a small unexplained run effect and a suite-wide move is
+  told from the machine sharply.
 - the host **moved** (`HostEvidence.named`) when some kind's move lies beyond z of its own
   error and the host's run-to-run spread together. Then, or when the gain is unknown, every
   timing is judged for each attribution of the move (`HostEvidence.banded`); otherwise the run

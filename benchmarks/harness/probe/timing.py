@@ -3,8 +3,9 @@
 `time_point(kernel)` prepares the kernel's operands (allocated and filled: no page fault is
 timed), runs one untimed call (first-call costs: kernel selection, lazy init), then
 `CALLS` calls each bracketed by `device_sync` (a timing without a sync is a wrong number), and
-returns the median call's seconds (`time_calls`: every call's). The operands are dropped afterwards and the device's caching
-allocator emptied, so a probe leaves nothing in the benchmarks' memory.
+returns the median call's seconds (`time_calls`: every call's). The operands are dropped
+afterwards and the device's caching allocator emptied, so a probe leaves nothing in the
+benchmarks' memory.
 
 Deliberately not here: which kernels (`kernels`), when to probe and the records (the suite).
 """

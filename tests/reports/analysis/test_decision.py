@@ -206,7 +206,8 @@ def test_a_decision_holds_for_every_attribution() -> None:
     assert decide([raw_fails])[0].outcome == "fail"
     (dec,) = decide([credited])
     assert dec.outcome == "inconclusive"
-    assert dec.ci_low < 1.01 < 1.30 < dec.ci_high
+    assert dec.ci_low < 1.01
+    assert dec.ci_high > 1.30
     both_pass = Evidence(0.0, 0.01, 50.0, 0.05, ((0.01, 0.01),))
     assert decide([both_pass])[0].outcome == "pass"
 

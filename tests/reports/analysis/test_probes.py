@@ -124,7 +124,8 @@ def test_the_host_moved_only_beyond_its_usual_spread():
     probes, effects = _baseline(rng, 20, gain=1.0)
     usual = host_move("memory", probes, effects, [ProbeRun(tuple([math.exp(0.02)] * 20))])
     far = host_move("memory", probes, effects, [ProbeRun(tuple([math.exp(0.20)] * 20))])
-    assert usual is not None and far is not None
+    assert usual is not None
+    assert far is not None
     assert not HostEvidence((usual,)).named(2.58)
     assert HostEvidence((far,)).named(2.58)
 
