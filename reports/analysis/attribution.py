@@ -43,8 +43,8 @@ from typing import Literal
 from reports.analysis.decision import interval
 from reports.analysis.distributions import t_ppf
 from reports.analysis.levels import BIWEIGHT_EFFICIENCY, chi2_median_over_df
-from reports.analysis.probes import HostEvidence
 from reports.analysis.noise_model import Parts
+from reports.analysis.probes import HostEvidence
 from reports.analysis.series import AnalysisConfig, Verdict
 from reports.analysis.shift import MIN_TIMINGS_FOR_SHIFT, SuiteShift, estimate_shift
 
