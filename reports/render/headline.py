@@ -156,13 +156,19 @@ def earlier_text(machine: MachineReport) -> str:
 
 
 def attention_lines(machine: MachineReport) -> list[str]:
-    """BUSY, SHIFT, LEAN, POOLED, IMPLAUSIBLE, ACCURACY and DRIFT lines of one machine: what a
-    human must see."""
+    """BUSY, SHIFT, PROBES, LEAN, POOLED, IMPLAUSIBLE, ACCURACY and DRIFT lines of one machine:
+    what a human must see."""
     lines = []
     if machine.busy_text:
         lines.append(f"BUSY {machine.machine_id}: {machine.busy_text}: not judged as quiet")
     if machine.shift is not None and shift_said(machine.shift):
         lines.append(f"SHIFT {shift_text(machine.machine_id, machine.shift)}")
+    host = machine.shift.host if machine.shift is not None else None
+    if host is not None and not host.usable:
+        lines.append(
+            f"PROBES {machine.machine_id}: the current run's host probes are no evidence yet "
+            f"({'; '.join(host.notes)}): a whole-run move is judged as without probes"
+        )
     if machine.lean is not None and machine.lean.rejected:
         lines.append(f"LEAN {lean_text(machine.lean)}")
     if machine.earlier:

@@ -104,3 +104,23 @@ def test_the_report_draws_the_host_s_own_trend(tmp_path):
     assert "host probe: memory" in html
     # never a benchmark of the report
     assert "host_probe::host_probe" not in html
+
+
+def test_probes_without_enough_history_are_said_and_judged_as_without(tmp_path):
+    """The first runs with probes after a history without: the gate says why they are no
+    evidence yet instead of crediting a move it cannot measure."""
+    specs = [*baseline_specs(), pr_spec()]
+    rng = random.Random(4)
+    folder = tmp_path / "h"
+    folder.mkdir()
+    for n, spec in enumerate(specs, start=1):
+        doc = make_doc(spec, rng)
+        if n > len(specs) - 3:  # the probes arrived two runs before the current one
+            doc["benchmarks"] += _probes(rng, 1.0)
+        (folder / f"{n:04d}_{spec.commit[:8]}.json").write_text(json.dumps(doc), encoding="utf-8")
+    code, printed, doc = _gate(folder, tmp_path)
+    assert code in (0, 3), printed
+    assert "PROBES hw0c0ffe: the current run's host probes are no evidence yet" in printed
+    assert "2 quiet baseline run(s) with the probe, 5 needed" in printed
+    (machine,) = doc["machines"]
+    assert machine["shift"]["mode"] != "probes"
