@@ -99,6 +99,7 @@ class HostMove:
     spread_var: float = 0.0
     gain_se: float = 0.0
     gain_known: bool = True
+    reference_var: float = 0.0
 
     @property
     def ratio(self) -> float:
@@ -123,10 +124,12 @@ class HostMove:
     @property
     def adjustment(self) -> tuple[float, float]:
         """(log, variance) of the run effect the probe predicts for a host within its usual
-        spread: `gain x log_move`, with the move's and the gain's errors."""
+        spread: `gain x log_move`, with the baseline reference's and the gain's errors (the
+        current points' own noise is in `residual_var` already: the baseline runs' residuals
+        carry their points' noise too)."""
         return (
             self.gain * self.log_move,
-            self.gain**2 * self.var + self.log_move**2 * self.gain_se**2,
+            self.gain**2 * self.reference_var + self.log_move**2 * self.gain_se**2,
         )
 
 
@@ -190,7 +193,8 @@ def host_move(
         gain_high = min(1.0, max(gain, slope + 2.0 * gain_se))
         known = True
     move = statistics.fmean(level for level, _ in now) - centre
-    var = statistics.fmean(v for _, v in now) / len(now) + math.pi / 2.0 * spread**2 / len(pairs)
+    reference_var = math.pi / 2.0 * spread**2 / len(pairs)  # the baseline median's error
+    var = statistics.fmean(v for _, v in now) / len(now) + reference_var
     return HostMove(
         kind=kind,
         log_move=move,
@@ -204,6 +208,7 @@ def host_move(
         spread_var=spread**2,
         gain_se=gain_se,
         gain_known=known,
+        reference_var=reference_var,
     )
 
 
