@@ -109,7 +109,8 @@ class ProbeLog:
         self._meter = OthersCpuMeter()
         self._meter.start()
         end = self.clock()
-        self.cost_s += end - begin
+        if self.points:  # the start point is always taken; the ones between tests are budgeted
+            self.cost_s += end - begin
         self.points.append(Point(at, (begin + end) / 2 - self.started, calls, others))
 
     def records(self) -> list[dict[str, Any]]:
