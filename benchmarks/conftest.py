@@ -48,6 +48,12 @@ from benchmarks.suite.configure import (
     pytest_configure,
     pytest_report_header,
 )
+from benchmarks.suite.hostprobe import (
+    add_records,
+    pytest_runtest_setup,
+    pytest_runtestloop,
+    session_seconds,
+)
 from benchmarks.suite.partial import mark_partial
 from benchmarks.suite.peaks import peaks, peaks_before_build, remeasure_peaks
 from benchmarks.suite.rounds import MATRIX, THREADS, CellRun, Progress, Warmup
@@ -65,6 +71,8 @@ __all__ = [
     "pytest_configure",
     "pytest_generate_tests",
     "pytest_report_header",
+    "pytest_runtest_setup",
+    "pytest_runtestloop",
     "remeasure_peaks",
     "serve_pool",
     "tp_run",
@@ -95,10 +103,9 @@ def pytest_runtest_makereport(
 def pytest_benchmark_update_json(
     config: pytest.Config, benchmarks: list[object], output_json: dict[str, Any]
 ) -> None:
-    """Label calibration runs (`calibration_slowdown` in every benchmark's extra_info), and mark
-    the history of an interrupted run partial: it holds only the cells that finished."""
-    for bench in output_json["benchmarks"]:
-        bench["extra_info"].update(calibration.extra_info())
+    """Label calibration runs (`calibration_slowdown` in every benchmark's extra_info), mark the
+    history of an interrupted run partial (it holds only the cells that finished), and add the
+    host probes' records."""
     session = config.stash.get(SESSION, None)
     if session is not None and _stopped_early(session):
         mark_partial(output_json)
@@ -108,6 +115,10 @@ def pytest_benchmark_update_json(
         output_json["benchmarks"] = [
             b for b in output_json["benchmarks"] if b.get("fullname") in finished
         ]
+    # The host probes' records (benchmarks/suite/hostprobe.py): every point so far, partial or not.
+    add_records(config, output_json)
+    for bench in output_json["benchmarks"]:
+        bench["extra_info"].update(calibration.extra_info())
 
 
 def _stopped_early(session: pytest.Session) -> bool:
@@ -243,9 +254,12 @@ def run(
 ) -> Iterator[CellRun]:
     """The cell, its model, prompt and warmup, and the timer and sync names for extra_info.
 
-    When the test ends (after its timed rounds), every record it started gets `thermal_after`
-    and the whole test's other-process CPU (`others_test_cpu_s`, `others_test_window_s`).
+    When the test ends (after its timed rounds), every record it started gets `thermal_after`,
+    the whole test's other-process CPU (`others_test_cpu_s`, `others_test_window_s`) and, in a
+    run that probes the host, `session_window_s`: when the test's measurement began and ended
+    on the probes' clock (the reports put each figure beside the probe points around it).
     """
+    window_start = session_seconds(request.config)
     cell_run = CellRun(
         cell=cell,
         loaded=loaded,
@@ -260,7 +274,10 @@ def run(
         # pytest-benchmark keeps a reference to extra_info, so this still reaches the history.
         after = thermal_state(loaded.device)
         whole = request.node.stash[TEST_METER].stop_extra_info()
+        window_end = session_seconds(request.config)
         for info in cell_run.records:
             info["thermal_after"] = dict(after)
             info["others_test_cpu_s"] = whole["others_cpu_s"]
             info["others_test_window_s"] = whole["others_window_s"]
+            if window_start is not None and window_end is not None:
+                info["session_window_s"] = [window_start, window_end]

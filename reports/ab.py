@@ -56,6 +56,7 @@ from reports.ab_settings import (
     read_context,
     resolve,
 )
+from reports.analysis.exact import exact_change_text
 from reports.analysis.metrics import (
     exact_values,
     higher_is_better,
@@ -75,7 +76,6 @@ from reports.analysis.paired import (
     process_run_term,
     ratio_quantile,
 )
-from reports.analysis.series import exact_change_text
 from reports.errors import ReportError
 from reports.history.runfile import BenchmarkResult, RunFile, load_files
 
@@ -238,7 +238,9 @@ def status_of(entries: Sequence[ABEntry], shift: str = "") -> tuple[str, str]:
     """(`pass` | `fail` | `inconclusive` | `error`, the reason in a few words).
 
     `inconclusive` (never PASS): no fail or missing, and `shift` names a common shift of every
-    timing that reaches the threshold, some timing was unstable, or no timing could be decided.
+    timing that reaches the threshold (a process-interleaved run whose head window moved as a
+    whole, yet no timing failed), some timing was unstable, or no timing could be decided. A
+    move of every pair is never re-centred: it fails like any other (DESIGN §8).
     """
     compared = [e for e in entries if e.verdict not in ("new", "missing")]
     if not compared:

@@ -45,13 +45,19 @@ from reports.history.selection import (
 )
 from reports.render import engines, quant, tp
 from reports.render import runmode as runmode_tables
-from reports.render.headline import attention_lines
-from reports.render.html import render_html, render_summary, verdict_json
+from reports.render.gate import (
+    EXIT_BAD_INPUT,
+    EXIT_FAIL,
+    EXIT_INCONCLUSIVE,
+    EXIT_OK,
+    gate_exit_code,
+    gate_lines,
+)
+from reports.render.gatejson import verdict_json
+from reports.render.html import render_html, render_summary
 from reports.render.report import Report, build_report
 
-EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
-#: Nothing could be decided (every timing inconclusive) or the machine was busy: not a pass.
-EXIT_INCONCLUSIVE = 3
+__all__ = ["EXIT_FAIL", "EXIT_INCONCLUSIVE", "gate_exit_code", "gate_lines", "main"]
 
 
 def _config(args: argparse.Namespace) -> AnalysisConfig:
@@ -156,62 +162,6 @@ def cmd_render(args: argparse.Namespace) -> int:
     return EXIT_BAD_INPUT if report.status == "error" else EXIT_OK
 
 
-def gate_lines(report: Report) -> list[str]:
-    """The gate's console output: one line per failing or missing metric, then skips and status.
-
-    A failing line names the one-sided test's evidence (interval, Holm-adjusted p) and, when the
-    machine's software stack changed against its baseline, every changed field.
-    """
-    lines: list[str] = []
-    for machine, v in report.ranked(("fail",)):
-        if v.ci_low is not None and v.ci_high is not None and v.p_adjusted is not None:
-            low, high = v.ci_low - 1, v.ci_high - 1
-            interval = f" (95% CI {low:+.1%} .. {high:+.1%}, Holm p={v.p_adjusted:.2g})"
-        else:
-            interval = f" ({v.note})"
-        stack = f" [stack: {v.stack_change}]" if v.stack_change else ""
-        lines.append(
-            f"FAIL {v.fullname} {v.metric}: {(v.ratio or 0) - 1:+.1%}{interval}, "
-            f"threshold {v.threshold:.1%} [{machine.label} {v.machine_id}]{stack}"
-        )
-    for machine, v in report.ranked(("missing",)):
-        lines.append(
-            f"MISSING {v.fullname} {v.metric}: in the baseline, not in the current run "
-            f"[{machine.machine_id}]"
-        )
-    for machine in report.machines:
-        if machine.partial:
-            lines.append(
-                f"PARTIAL {machine.machine_id}: the current run was killed before it ended"
-            )
-        for name in machine.removed:
-            lines.append(f"removed {name}: no longer in the current run's planned cells")
-    for machine in report.machines:
-        lines += attention_lines(machine)
-    for skipped in report.skipped:
-        lines.append(f"SKIPPED {skipped.path}: {skipped.reason}")
-    for path in report.suspect_current:
-        lines.append(f"ERROR {path} is unreadable and may be the current run")
-    counts = ", ".join(f"{n} {k}" for k, n in report.counts.items() if n)
-    lines.append(
-        f"gate: {report.status.upper()}: {report.status_reason} ({counts or 'no verdicts'})"
-    )
-    return lines
-
-
-def gate_exit_code(report: Report, require_baseline: bool) -> int:
-    """0 pass or no-baseline, 1 fail, 2 error, 3 inconclusive (nothing decided, or a busy
-    machine: never a pass); no-baseline is 2 with `--require-baseline`."""
-    if report.status == "no-baseline":
-        return EXIT_BAD_INPUT if require_baseline else EXIT_OK
-    return {
-        "pass": EXIT_OK,
-        "fail": EXIT_FAIL,
-        "error": EXIT_BAD_INPUT,
-        "inconclusive": EXIT_INCONCLUSIVE,
-    }[report.status]
-
-
 def cmd_gate(args: argparse.Namespace) -> int:
     """Print failures, write --json, exit 0/1/2."""
     report = build_from_args(args)
@@ -226,6 +176,15 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     """Print the simulation table."""
     from reports.analysis.simulate import SimulationConfig, format_table, run_all  # noqa: PLC0415 - optional verb
 
+    if args.only == "machine":
+        from reports.analysis import gate_rows, robustness  # noqa: PLC0415 - optional verb
+
+        start = time.perf_counter()
+        n = args.robustness_suites
+        for title, rows in gate_rows.TABLES:
+            print(f"{title}:\n\n{robustness.format_rows(rows(n, args.seed), n, gate_rows.WORLD)}")
+        print(f"\n({time.perf_counter() - start:.1f} s)")
+        return EXIT_OK
     sim = SimulationConfig(
         benchmarks=args.benchmarks,
         baseline_runs=args.baseline_runs,
@@ -248,9 +207,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             raise ReportError(f"the scenarios failed: {done.stderr.strip()[-300:]}")
         print(done.stdout, end="")
     if (n := args.robustness_suites) > 0:
-        from reports.analysis import headline_rows, robustness  # noqa: PLC0415 - optional verb
+        from reports.analysis import gate_rows, headline_rows, robustness  # noqa: PLC0415
 
-        for title, rows in headline_rows.TABLES:
+        for title, rows in (*headline_rows.TABLES, *gate_rows.TABLES):
             print(f"\n{title}:\n\n{robustness.format_rows(rows(n, args.seed), n)}")
     print(f"\n({time.perf_counter() - start:.1f} s)")
     return EXIT_OK
@@ -369,7 +328,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=100,
         help="trials per issue-13 scenario (reports.scenarios; 0 = skip them)",
     )
-    sim.add_argument("--robustness-suites", type=int, default=40, help="0 = skip issue-17 rows")
+    sim.add_argument(
+        "--robustness-suites",
+        type=int,
+        default=40,
+        help="suites per row of the issue-17, 28 and 41 tables (0 = skip them)",
+    )
+    sim.add_argument(
+        "--only",
+        choices=("all", "machine"),
+        default="all",
+        help="machine: only the issue-41 rows (machine or code: probes, heavy tails, re-runs)",
+    )
     sim.add_argument("--threshold", action="append", default=[], metavar="FRACTION")
     sim.add_argument("--alpha", type=float, default=AnalysisConfig.alpha)
     sim.set_defaults(func=cmd_simulate)

@@ -11,9 +11,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def is_probe(record: dict[str, Any]) -> bool:
+    """A host-probe record (`extra_info.host_probe`, benchmarks/suite/hostprobe.py)."""
+    return bool(record.get("extra_info", {}).get("host_probe"))
+
+
 def run_suite(base: Path, matrix: str, timeout_s: int = 600) -> tuple[str, list[dict[str, Any]]]:
     """`pytest benchmarks --matrix` on `matrix` (YAML text) in `base`; asserts exit 0 and one
-    history file; returns the terminal output and the saved benchmarks."""
+    history file; returns the terminal output and the saved benchmarks (the cells' records: the
+    host probes' records are left out, `tests/suite/test_host_probe_e2e.py` reads them)."""
     (base / "m.yaml").write_text(matrix, encoding="utf-8")
     command = [
         sys.executable, "-m", "pytest", str(ROOT / "benchmarks"),
@@ -27,4 +33,5 @@ def run_suite(base: Path, matrix: str, timeout_s: int = 600) -> tuple[str, list[
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     files = sorted((base / "history").rglob("*.json"))
     assert len(files) == 1
-    return done.stdout, json.loads(files[0].read_text())["benchmarks"]
+    records = json.loads(files[0].read_text())["benchmarks"]
+    return done.stdout, [r for r in records if not is_probe(r)]

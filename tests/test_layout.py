@@ -38,7 +38,13 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "reports.render",
         "reports.ab_settings",
     ),
-    ("benchmarks.harness.roofline", "benchmarks.harness.matrix", "reports.ab", "reports.cli"),
+    (
+        "benchmarks.harness.roofline",
+        "benchmarks.harness.matrix",
+        "benchmarks.harness.probe",
+        "reports.ab",
+        "reports.cli",
+    ),
     ("benchmarks.harness.engine", "reports.scenarios"),
     (
         "benchmarks.harness.overhead",

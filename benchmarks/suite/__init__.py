@@ -3,7 +3,8 @@
 Owns `rounds` (the stash keys, the progress writer, the record skeleton and `Rounds`, which runs
 the timed rounds), `configure` (options, the matrix, the shard, threads), `collect` (cells to
 parametrized items, collection-time skips), `warmup` and `peaks` (the per-cell fixtures'
-bodies), `partial` (a killed run's finished cells kept), `roofline` (a cell's roofline fields),
+bodies), `partial` (a killed run's finished cells kept), `hostprobe` (the host probes' points
+between tests and their records), `roofline` (a cell's roofline fields),
 `tp/` (tensor-parallel cells: the collection-time reasons, the torchrun run per cell, the record
 replayed from the ranks' rounds) and `vs_optimum` (`python -m benchmarks.suite.vs_optimum`: the
 engine against optimum-benchmark's per-token timing). The test modules and `conftest.py` at

@@ -1,10 +1,14 @@
 """Analysis: runs -> metric series -> verdicts. Pure functions, tested on synthetic series.
 
-Owns `metrics` (which metrics a benchmark has, as series), `series` (the verdict of a series),
-`judge` (the suite's judgement: verdicts, the common shift, the lean test), `shift` (the
-common shift and the lean test on plain numbers), `headline_rows` (the issue-28 rows),
-`decision` (the threshold rule, Holm, the MDE), `distributions`, `noise_model` (run-to-run
-noise learnt from the baseline), `levels` (a run's location, the outlier rule for
+Owns `metrics` (which metrics a benchmark has, as series; a run's probe records as the host's
+evidence), `series` (the verdict of a series), `exact` (byte counts compared exactly), `judge`
+(the suite's judgement: verdicts, machine or code, the lean), `probes` (the host probes' move,
+gain and timeline), `attribution` (machine or code: the run term, the attributions, group
+moves, shared re-runs), `lean` (the lean, calibrated by leave-one-run-out), `tails` (Student t
+degrees of freedom per side), `shift` (the suite's common move), `headline_rows` (the issue-28
+rows), `worlds` and `gate_rows` (the issue-41 synthetic host and its rows), `decision` (the
+threshold rule, weighted Holm, the MDE, attributions, tails), `distributions`, `noise_model`
+(run-to-run noise learnt from the baseline), `levels` (a run's location, the outlier rule for
 both sides, main's short new level, the machine's noise floor), `flags` (busy machine,
 implausible changes, drift), `accuracy` (a quantized cell's accuracy and its flag), `paired`
 (A/B paired ratios and their checks), `changepoints`, `trends`, `consistency` (one computation

@@ -30,6 +30,15 @@ moves the median, not the spread, and is still flagged; one cell far off stands 
 others' scatter; scatter that moves from cell to cell is the host, and is named
 (`ConsistencySummary.window_sd`).
 
+**With host probes** (the run's probe records carry each point's time, and every benchmark
+record its `session_window_s`), the between-window term is measured instead of estimated: the
+probe level at each figure's window (the mean of the points that bracket it), and the move of
+each probe kind between the two figures. A ratio agrees when it lies within the band from no
+move to the probes' move (the host may move a computation by as much as the probes moved, or
+not at all), widened by the rounds' own spread and the probes' point-to-point noise at
+`ALPHA`. The row says whether the probes moved between the two figures (then the host may
+explain it) or not (then it is ours to explain).
+
 Deliberately not here: rendering (`reports.render`), judging against history (`series`).
 """
 
@@ -39,10 +48,11 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from reports.analysis.distributions import t_ppf
 from reports.analysis.levels import robust_sd
+from reports.analysis.probes import Timeline, timeline
 from reports.history.load import BenchmarkResult, Run
 
 Phase = Literal["prefill", "decode"]
@@ -71,11 +81,33 @@ class ConsistencyRow:
     module_rounds: int
     generate_samples: int
     window_sd: float = 0.0  # the phase's between-window term in the limit (log units)
+    probe_moves: tuple[tuple[str, float], ...] = ()  # (kind, log move) between the two figures
+    probe_limit: float = 0.0  # the rounds' spread and the probes' noise at ALPHA (log units)
+    host_moved: bool = False  # a probe moved beyond its noise between the two figures
+
+    @property
+    def band(self) -> tuple[float, float]:
+        """The log ratios the run's noise explains: +-limit, or with probes from no move to
+        the probes' move, widened by `probe_limit`."""
+        if not self.probe_moves:
+            return -self.limit_log_ratio, self.limit_log_ratio
+        moves = [m for _, m in self.probe_moves]
+        return min(0.0, *moves) - self.probe_limit, max(0.0, *moves) + self.probe_limit
 
     @property
     def within_noise(self) -> bool:
-        """True when the two figures differ by no more than the run's noise explains."""
-        return abs(math.log(self.ratio)) <= self.limit_log_ratio
+        """True when the two figures differ by no more than the run's noise (and, with probes,
+        the host's measured move between them) explains."""
+        low, high = self.band
+        return low <= math.log(self.ratio) <= high
+
+    @property
+    def allowed_text(self) -> str:
+        """ "±12.0 %", or with probes "-3.1 % … +41.0 % (probes)"."""
+        if not self.probe_moves:
+            return f"±{100 * self.limit_log_ratio:.1f} %"
+        low, high = self.band
+        return f"{100 * math.expm1(low):+.1f} % … {100 * math.expm1(high):+.1f} % (probes)"
 
     @property
     def within_band(self) -> bool:
@@ -89,6 +121,16 @@ class _Pair:
     phase: Phase
     module: tuple[float, ...]
     generate: tuple[float, ...]
+    module_window: tuple[float, float] | None = None
+    generate_window: tuple[float, float] | None = None
+
+
+def _window(extra: Mapping[str, object]) -> tuple[float, float] | None:
+    """A record's `session_window_s` (seconds since the run began: its test's start and end)."""
+    raw = extra.get("session_window_s")
+    if isinstance(raw, list) and len(raw) == 2 and all(isinstance(v, int | float) for v in raw):
+        return float(raw[0]), float(raw[1])
+    return None
 
 
 def _numbers(value: object) -> tuple[float, ...]:
@@ -138,7 +180,16 @@ def _pairs(run: Run) -> list[_Pair]:
             module = benches.get(phase)
             if module is None or not module.rounds_s or not generate:
                 continue
-            pairs.append(_Pair(cell, phase, tuple(module.rounds_s), generate))
+            pairs.append(
+                _Pair(
+                    cell,
+                    phase,
+                    tuple(module.rounds_s),
+                    generate,
+                    _window(module.extra),
+                    _window(gen.extra),
+                )
+            )
     return pairs
 
 
@@ -194,6 +245,7 @@ def _phase(pairs: list[_Pair], alpha: float) -> _Phase | None:
 def consistency_rows(run: Run, alpha: float = ALPHA) -> list[ConsistencyRow]:
     """One row per cell and phase that two modules of `run` measured (see the module docstring)."""
     pairs = _pairs(run)
+    host = timeline(run)
     phases = [
         found
         for name in ("prefill", "decode")
@@ -206,8 +258,10 @@ def consistency_rows(run: Run, alpha: float = ALPHA) -> list[ConsistencyRow]:
     # Its own t quantile (df = cells - 1): a MAD is less efficient still, so this is lenient.
     window_quantile = t_ppf(1.0 - alpha / 2.0, max(len(deviations) - 1, 1))
     rows = []
+    z = t_ppf(1.0 - alpha / 2.0, math.inf)
     for ph in phases:
         for p, se, ratio in zip(ph.pairs, ph.ses, ph.ratios, strict=True):
+            probed = _probed(host, p, ph.quantile * se, z)
             rows.append(
                 ConsistencyRow(
                     cell_id=p.cell_id,
@@ -219,9 +273,27 @@ def consistency_rows(run: Run, alpha: float = ALPHA) -> list[ConsistencyRow]:
                     module_rounds=len(p.module),
                     generate_samples=len(p.generate),
                     window_sd=window,
+                    **probed,
                 )
             )
     return sorted(rows, key=lambda r: (r.cell_id, r.phase))
+
+
+def _probed(host: Timeline | None, p: _Pair, rounds_limit: float, z: float) -> dict[str, Any]:
+    """The probe fields of a row: the kinds' moves between the two windows, the band's widening
+    (the rounds' limit and the probes' noise: each level averages two points, so a move's SD is
+    a point's), and whether a kind moved beyond its noise."""
+    if host is None or p.module_window is None or p.generate_window is None:
+        return {}
+    moves = host.moves(p.module_window, p.generate_window)
+    if not moves:
+        return {}
+    noise = max(host.noise[k] for k, _ in moves)
+    return {
+        "probe_moves": tuple(moves),
+        "probe_limit": math.hypot(rounds_limit, z * noise),
+        "host_moved": any(abs(m) > z * host.noise[k] for k, m in moves),
+    }
 
 
 def window_sd(deviations: Sequence[float], ses: Sequence[float]) -> float:
@@ -244,6 +316,8 @@ class ConsistencySummary:
     within_band: int
     worst: ConsistencyRow | None
     window_sd: float = 0.0  # the run's between-window SD (log units)
+    probed: int = 0  # rows whose band the host probes measured
+    host_moved: int = 0  # of those, the rows between whose figures a probe moved
 
     @property
     def text(self) -> str:
@@ -256,7 +330,15 @@ class ConsistencySummary:
             f"{self.within_noise} of {self.rows} within the noise, {self.within_band} within "
             f"±{BAND * 100:.0f} %; furthest: {worst.cell_id} {worst.phase} {TIMES}{worst.ratio:.2f}"
         )
-        if self.window_sd >= MIN_SD:
+        if self.probed:
+            moves = ", ".join(f"{k} {TIMES}{math.exp(m):.2f}" for k, m in worst.probe_moves)
+            said = "moved" if worst.host_moved else "held"
+            text += (
+                f" (probes between its two figures: {moves}: the host {said}"
+                f"{'' if worst.host_moved else ', so it is ours to explain'}); the host probes "
+                f"moved between the two figures of {self.host_moved} of {self.probed} rows"
+            )
+        elif self.window_sd >= MIN_SD:
             text += f"; the host's level moved ~{self.window_sd * 100:.0f} % between modules"
         return text
 
@@ -270,4 +352,6 @@ def summarize_consistency(rows: Sequence[ConsistencyRow]) -> ConsistencySummary:
         within_band=sum(r.within_band for r in rows),
         worst=worst,
         window_sd=max((r.window_sd for r in rows), default=0.0),
+        probed=sum(bool(r.probe_moves) for r in rows),
+        host_moved=sum(r.host_moved for r in rows),
     )

@@ -24,6 +24,19 @@ The rule, per metric:
 - `inconclusive`: neither, and the interval reaches `1 + threshold` or beyond (it straddles the
   threshold, or it lies above it without enough evidence after the correction).
 
+Attribution. An `Evidence` may carry `alternatives`: the same comparison with the host's move
+(measured by the host probes) or the suite's common move credited, each its own (log_ratio,
+se). The decision must hold for every attribution: the fail-side and improved-side p-values are
+the largest over them, and the interval spans all of theirs (so `pass` needs every attribution's
+interval below `1 + threshold`). With none, the rule is the plain one above.
+
+Heavy tails. An `Evidence` with finite tails (`tail_up`, `tail_down`: nu of the slow and the
+fast side of the machine's run-to-run noise, Student t, `reports.analysis.tails`) is referred,
+on that side, to t(min(df, nu)) with its standard error divided by `tails.tail_scale(nu)`: a
+unit-variance t(nu) deviation lies beyond 3.5 SDs ten times as often as a normal one. The
+fail-side p-value, the interval's upper end and the MDE use the slow side; the improved-side
+p-value and the interval's lower end the fast side.
+
 Suite-level control: Holm's step-down over the fail-side p-values of every metric in the suite
 bounds the probability that the suite gets *any* false `fail` by alpha, whatever the other
 metrics do (improvements elsewhere cannot loosen it, unlike BH). An any-fail gate is exactly
@@ -50,6 +63,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from reports.analysis.distributions import noncentral_t_ncp_for_power, t_ppf, t_sf_two_sided
+from reports.analysis.tails import tail_scale
 
 Outcome = Literal["fail", "pass", "inconclusive", "improved"]
 
@@ -91,24 +105,31 @@ def p_improved(log_ratio: float, se: float, df: float, threshold: float) -> floa
     return p_fail(-log_ratio, se, df, threshold)
 
 
-def holm_adjust(p_values: Sequence[float]) -> list[float]:
-    """Holm step-down adjusted p-values, in the input order.
+def holm_adjust(p_values: Sequence[float], weights: Sequence[float] | None = None) -> list[float]:
+    """Holm step-down adjusted p-values, in the input order (weighted when `weights` given).
 
-    Sorted ascending p_(1) <= ... <= p_(m): adjusted_(i) = max over j <= i of
-    min(1, (m - j + 1) * p_(j)). Rejecting where adjusted <= alpha is Holm's procedure, which
-    keeps the family-wise error rate (the chance of any false rejection) <= alpha under any
-    dependence between the tests.
+    Sorted by p_i / w_i ascending: adjusted_(i) = max over j <= i of
+    min(1, W_j * p_(j) / w_(j)), W_j the weight of the hypotheses not rejected before step j
+    (all weights 1: W_j = m - j + 1, Holm's procedure). Rejecting where adjusted <= alpha keeps
+    the family-wise error rate (the chance of any false rejection) <= alpha under any dependence
+    between the tests (Holm 1979, weighted form); a hypothesis of weight w is first tested at
+    alpha * w / sum(w).
     """
     m = len(p_values)
     for p in p_values:
         if not 0.0 <= p <= 1.0 or math.isnan(p):
             raise ValueError(f"p-values must lie in [0, 1], got {p}")
-    order = sorted(range(m), key=lambda i: p_values[i])
+    w = list(weights) if weights is not None else [1.0] * m
+    if len(w) != m or any(x <= 0 for x in w):
+        raise ValueError(f"need {m} positive weights, got {w}")
+    order = sorted(range(m), key=lambda i: p_values[i] / w[i])
     out = [1.0] * m
     running = 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * p_values[i]))
+    remaining = math.fsum(w)
+    for i in order:
+        running = max(running, min(1.0, remaining * p_values[i] / w[i]))
         out[i] = running
+        remaining -= w[i]
     return out
 
 
@@ -170,12 +191,58 @@ def mde(
 
 @dataclass(frozen=True)
 class Evidence:
-    """What one metric's comparison contributes to a decision (see the module docstring)."""
+    """What one metric's comparison contributes to a decision (see the module docstring).
+
+    `alternatives`: (log_ratio, se) of other attributions of the same move (module docstring).
+    """
 
     log_ratio: float
     se: float
     df: float
     threshold: float
+    alternatives: tuple[tuple[float, float], ...] = ()
+    tail_up: float = math.inf
+    tail_down: float = math.inf
+    weight: float = 1.0
+
+    def on_tail(self, nu: float) -> Evidence:
+        """The same evidence on a t(min(df, nu)) reference (module docstring, "Heavy tails")."""
+        if math.isinf(nu):
+            return Evidence(
+                self.log_ratio,
+                self.se,
+                self.df,
+                self.threshold,
+                self.alternatives,
+                weight=self.weight,
+            )
+        k = tail_scale(nu)
+        return Evidence(
+            self.log_ratio,
+            self.se / k,
+            min(self.df, nu),
+            self.threshold,
+            tuple((d, se / k) for d, se in self.alternatives),
+            weight=self.weight,
+        )
+
+    @property
+    def attributions(self) -> tuple[tuple[float, float], ...]:
+        """The evidence itself, then its alternatives."""
+        return ((self.log_ratio, self.se), *self.alternatives)
+
+    def p_fail(self) -> float:
+        """The fail-side p-value that holds for every attribution (the largest)."""
+        return max(p_fail(d, se, self.df, self.threshold) for d, se in self.attributions)
+
+    def p_improved(self) -> float:
+        """The improved-side p-value that holds for every attribution (the largest)."""
+        return max(p_improved(d, se, self.df, self.threshold) for d, se in self.attributions)
+
+    def interval(self, ci_level: float) -> tuple[float, float]:
+        """The worse-ratio interval spanning every attribution's."""
+        ends = [interval(d, se, self.df, ci_level) for d, se in self.attributions]
+        return min(lo for lo, _ in ends), max(hi for _, hi in ends)
 
 
 @dataclass(frozen=True)
@@ -208,16 +275,21 @@ class RuleConfig:
 def decide(evidence: Sequence[Evidence], rule: RuleConfig | None = None) -> list[Decision]:
     """Decide a family of metrics at once (one suite, one machine or one A/B comparison).
 
-    Holm runs over every item's fail-side p-value (and, separately, improved-side); the MDE of
-    each item uses family_size = len(evidence). Returned in the input order.
+    Holm runs over every item's fail-side p-value (and, separately, improved-side), weighted by
+    `Evidence.weight`; the MDE of each item is at its first Holm step, alpha * weight / (the
+    weights' sum). Returned in the input order.
     """
     cfg = rule or RuleConfig()
-    pf = [p_fail(e.log_ratio, e.se, e.df, e.threshold) for e in evidence]
-    pi = [p_improved(e.log_ratio, e.se, e.df, e.threshold) for e in evidence]
-    pf_adj, pi_adj = holm_adjust(pf), holm_adjust(pi)
+    slow = [e.on_tail(e.tail_up) for e in evidence]
+    fast = [e.on_tail(e.tail_down) for e in evidence]
+    pf = [e.p_fail() for e in slow]
+    pi = [e.p_improved() for e in fast]
+    weights = [e.weight for e in evidence]
+    pf_adj, pi_adj = holm_adjust(pf, weights), holm_adjust(pi, weights)
+    total = math.fsum(weights)
     out = []
-    for e, f, i, fa, ia in zip(evidence, pf, pi, pf_adj, pi_adj, strict=True):
-        lo, hi = interval(e.log_ratio, e.se, e.df, cfg.ci_level)
+    for e, down, f, i, fa, ia in zip(slow, fast, pf, pi, pf_adj, pi_adj, strict=True):
+        lo, hi = down.interval(cfg.ci_level)[0], e.interval(cfg.ci_level)[1]
         outcome = classify(
             hi, e.threshold, p_fail_adjusted=fa, p_improved_adjusted=ia, alpha=cfg.alpha
         )
@@ -235,7 +307,7 @@ def decide(evidence: Sequence[Evidence], rule: RuleConfig | None = None) -> list
                     e.se,
                     e.df,
                     e.threshold,
-                    alpha=cfg.alpha,
+                    alpha=cfg.alpha * e.weight / total * len(evidence),
                     family_size=len(evidence),
                     power=cfg.power,
                 ),

@@ -32,12 +32,14 @@ from dataclasses import dataclass, replace
 from reports.analysis.changepoints import theil_sen_line
 from reports.analysis.levels import common_rounds, location_at
 from reports.analysis.metrics import primary_metric
+from reports.analysis.probes import BUSY_SHARE
 from reports.analysis.series import Verdict
 from reports.history.load import Run
 from reports.history.selection import Comparison
 
-#: A current run whose benchmarks saw other processes use this share of the CPU is busy.
-BUSY_CPU_PCT = 25.0
+#: A current run whose benchmarks saw other processes use this share of the CPU is busy (the
+#: host probes' points use the same share: `probes.BUSY_SHARE`).
+BUSY_CPU_PCT = 100.0 * BUSY_SHARE
 #: A change of this factor or more, either way, is flagged for a human.
 IMPLAUSIBLE_RATIO = 3.0
 #: Runs at each end of the window whose median is compared for drift.
@@ -193,6 +195,18 @@ def quiet_baseline(comparison: Comparison) -> Comparison:
         return comparison
     rule = f"{comparison.baseline_rule}; {len(busy)} busy run(s) left out (never a level)"
     return replace(comparison, baseline=quiet, baseline_rule=rule)
+
+
+def quiet_repeats(comparison: Comparison) -> Comparison:
+    """The comparison with only the re-runs that pass the busy check (`run_busy_pct`) pooled:
+    a disturbed re-run is never averaged into the current run's level; the baseline rule says
+    how many were left out."""
+    busy = [r for r in comparison.current_repeats if run_busy_pct(r) is not None]
+    if not busy:
+        return comparison
+    kept = tuple(r for r in comparison.current_repeats if all(r is not b for b in busy))
+    rule = f"{comparison.baseline_rule}; {len(busy)} busy re-run(s) not pooled"
+    return replace(comparison, current_repeats=kept, baseline_rule=rule)
 
 
 def integrated_other_cpu_pct(run: Run) -> float | None:

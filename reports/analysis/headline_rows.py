@@ -6,7 +6,8 @@ often the headline would read PASS, FAIL or INCONCLUSIVE (`SuiteJudgement.outcom
 a reader sees what the defaults give:
 
 - six of 36 benchmarks 10 % slower at 3 rounds, each undecided: not PASS (the lean);
-- the host 10 % slower for the whole current run: no fail, not PASS (the named shift);
+- every timing 10 % slower in the current run, no host probe: no fail, not PASS (machine or
+  code, `reports.analysis.gate_rows` has the worlds with probes);
 - round counts that differ (3 against 60): no fail from the count alone, the interval's
   coverage, slowdowns still caught;
 - main's newest run a whole-suite burst: it does not become the level the PR matches.
@@ -75,7 +76,7 @@ def lean_rows(suites: int, seed: int) -> list[Row]:
 
 
 def host_row(suites: int, seed: int) -> Row:
-    """Every benchmark 10 % slower in the current run only: the host, not the code."""
+    """Every benchmark 10 % slower in the current run only, no probe: machine or code."""
     world = World()
     last = world.baseline_runs
     rates = _outcomes(
@@ -86,7 +87,7 @@ def host_row(suites: int, seed: int) -> Row:
         lambda r: 1.10 if r == last else 1.0,
     )
     return Row(
-        "the host 10 % slower for the whole current run, nothing else changed",
+        "every timing 10 % slower in the current run, no host probe (machine or code)",
         "FAIL in <= 1 of 20, PASS in <= 1 of 20",
         _text(rates),
     )

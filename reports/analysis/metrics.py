@@ -29,6 +29,12 @@ run (and of the newest complete one, when the newest is partial) that the curren
 is not among them (`removed_cells`: the matrix dropped it; reported, not judged). A sharded run
 with a shard missing (`Run.whole` false) removes nothing: its planned list is partial.
 
+The host-probe records of a run (`Run.probes`, DESIGN §3) are never series: `comparison_host`
+turns them into the machine's probe evidence (`probes.host_evidence`), one `ProbeRun` per kind
+(a run's records of one kind pooled; points that phasebench marked as run beside other
+processes' CPU left out). A probe record needs only its name, `extra_info.host_probe` and its
+`stats`; phasebench's also carry per point `others_cores` (and the record `others_cpus`).
+
 Deliberately not here: statistics (`analysis`), file reading (`history`).
 """
 
@@ -39,6 +45,7 @@ from collections.abc import Sequence
 
 from reports.analysis.levels import common_rounds, location_at
 from reports.analysis.noise_model import RunEffects, estimate_run_effects
+from reports.analysis.probes import HostEvidence, ProbeRun, host_evidence, probe_run
 from reports.analysis.series import MetricKind, MetricSeries
 from reports.history.load import BenchmarkResult, Run
 from reports.history.selection import Comparison
@@ -195,6 +202,45 @@ def run_effects(baseline: Sequence[Run], current: Run | None = None) -> RunEffec
     }
     table = [[_log_location(r.benchmarks.get(n), rounds[n]) for n in names] for r in baseline]
     return estimate_run_effects(table)
+
+
+def _others_shares(bench: BenchmarkResult) -> list[float | None]:
+    """Each probe point's share of the machine other processes used (None: unknown)."""
+    points = bench.extra.get("points")
+    cpus = _number(bench.extra.get("others_cpus"))
+    if not isinstance(points, list) or not cpus:
+        return []
+    shares: list[float | None] = []
+    for point in points:
+        cores = _number(point.get("others_cores")) if isinstance(point, dict) else None
+        shares.append(None if cores is None else cores / cpus)
+    return shares
+
+
+def run_probes(run: Run) -> dict[str, ProbeRun]:
+    """The run's probe points per kind (`probes.probe_run`: busy points left out)."""
+    values: dict[str, list[float]] = {}
+    shares: dict[str, list[float | None]] = {}
+    for bench in run.probes:
+        kind = bench.host_probe
+        if kind is None:
+            continue
+        points = list(bench.rounds_s)
+        own = _others_shares(bench)
+        values.setdefault(kind, []).extend(points)
+        shares.setdefault(kind, []).extend(own + [None] * (len(points) - len(own)))
+    return {k: probe_run(v, shares[k]) for k, v in values.items()}
+
+
+def comparison_host(comparison: Comparison, max_runs: int | None = None) -> HostEvidence | None:
+    """The machine's probe evidence for `comparison` (module docstring), None when the current
+    run has no probe record (older runs, other tools): then nothing tells machine from code."""
+    now = [run_probes(r) for r in (*comparison.current_repeats, comparison.current)]
+    if not any(now):
+        return None
+    baseline: Sequence[Run] = comparison.baseline[-max_runs:] if max_runs else comparison.baseline
+    effects = run_effects(baseline, comparison.current)
+    return host_evidence([run_probes(r) for r in baseline], effects.offsets, now)
 
 
 def _baseline_names(comparison: Comparison, baseline: Sequence[Run]) -> list[str]:

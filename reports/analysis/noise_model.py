@@ -47,6 +47,7 @@ from reports.analysis.distributions import normal_cdf, t_ppf
 from reports.analysis.levels import (
     MAD_TO_SIGMA,
     OUTLIER_SDS,
+    biweight_var,
     keep_mask,
     location_at,
     recent_level_start,
@@ -58,6 +59,7 @@ __all__ = [
     "MAD_TO_SIGMA",
     "OUTLIER_SDS",
     "NoiseEstimate",
+    "Parts",
     "Prior",
     "RunEffects",
     "estimate_noise",
@@ -143,7 +145,7 @@ def estimate_run_effects(log_medians: Sequence[Sequence[float | None]]) -> RunEf
         centred.extend(e - centre for e in segment)
     it = iter(centred)
     offsets = tuple(0.0 if e is None else next(it) for e in raw)
-    return RunEffects(offsets, robust_sd(centred) ** 2)
+    return RunEffects(offsets, biweight_var(centred))
 
 
 def _effect(row: Sequence[float | None], levels: Sequence[float | None]) -> float | None:
@@ -213,6 +215,38 @@ class NoiseEstimate:
     def baseline_var(self) -> float:
         """Variance of the baseline level (mean of the level's adjusted run locations)."""
         return self.run_var / max(1, self.level_runs or self.runs)
+
+
+@dataclass(frozen=True)
+class Parts:
+    """The pieces of a noisy comparison's variance (log scale), for the machine-level step.
+
+    `baseline_var`: the baseline level's; `run_var`: one current run's location without the
+    suite-wide run effect (between-run + within-run at the compared round count);
+    `run_effect_var`: var_e, the suite-wide run effect of one run; `noise_df`: the degrees of
+    freedom of the per-benchmark terms; `current_logs`: each pooled current run's log location.
+    """
+
+    baseline_var: float
+    run_var: float
+    run_effect_var: float
+    noise_df: float
+    current_logs: tuple[float, ...]
+
+    @property
+    def repeats(self) -> int:
+        """The current runs pooled (the current run and its re-runs)."""
+        return len(self.current_logs)
+
+    def pool_factor(self, rho: float) -> float:
+        """The variance of the mean of the pooled runs over one run's: `rho + (1 - rho) / n`,
+        where re-runs share a host state with correlation `rho`."""
+        return rho + (1.0 - rho) / self.repeats
+
+    def variance(self, run_term: float, rho: float = 0.0) -> float:
+        """se^2 with `run_term` for the current run's suite-wide effect (var_e, or what the host
+        probes leave unexplained), the pooled runs sharing a state with correlation `rho`."""
+        return self.baseline_var + (self.run_var + run_term) * self.pool_factor(rho)
 
 
 @dataclass(frozen=True)

@@ -324,9 +324,7 @@ def process_run_term(
     The term is the spread of the timings' levels (`run_level_cv`) with `MAD_EFFICIENCY` x
     timings degrees of freedom, or `floor_cv` (infinite df) when larger. The shift is the
     median level (`shift.estimate_shift`) against the whole-run difference two processes of
-    one stack show (`PROCESS_INTERLEAVE_CV`, known): a background job during one process's
-    window moves every timing of that side together (on the VM, x1.23-1.44), which no timing's
-    own pairs can tell from the code.
+    one stack show (`PROCESS_INTERLEAVE_CV`, known): said when named, never subtracted.
     """
     spread = run_level_cv(timings)
     counted = sum(len(d) >= MIN_PAIRS for d in timings)
@@ -351,11 +349,11 @@ def judge_process_run(
     term: ProcessTerm,
     alpha: float,
 ) -> list[tuple[PairedEstimate, Decision, str]]:
-    """`judge_pairs` for `--interleave process` with the run's term (`process_run_term`) and,
-    when a common shift is named, every timing judged against it (its pairs less the shift), as
-    the history gate judges a run whose timings all moved together."""
-    if term.shift is not None and term.shift.named:
-        timings = [[d - term.shift.log_shift for d in t] for t in timings]
+    """`judge_pairs` for `--interleave process` with the run's term (`process_run_term`).
+
+    Nothing is re-centred on a common shift (DESIGN §6, A/B mode): both sides ran on this
+    machine, so a move of every timing is the head's code unless something measured says
+    otherwise; a named shift is said (`process_notes`), never subtracted."""
     return judge_pairs(timings, thresholds, term.cv, alpha, term.df)
 
 
@@ -373,8 +371,8 @@ def process_notes(term: ProcessTerm, threshold: float) -> dict[str, str]:
     if shift is not None and shift.named and shift.reaches(threshold):
         out["process_shift"] = (
             f"every timing of the head moved {shift.ratio - 1:+.1%} together (interval "
-            f"{shift.ci_low - 1:+.1%} … {shift.ci_high - 1:+.1%}): one process's whole window "
-            "(another job, a frequency state), not the code; each timing judged against it; "
-            "re-run on a quiet machine or with rounds interleaved"
+            f"{shift.ci_low - 1:+.1%} … {shift.ci_high - 1:+.1%}); judged as the head's code "
+            "(nothing is re-centred in A/B mode); if one process's window was disturbed (another "
+            "job, a frequency state), re-run with rounds interleaved"
         )
     return out

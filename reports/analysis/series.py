@@ -23,7 +23,7 @@ Per metric (all on the log scale, so effects are ratios and noise is a CV):
 - `new`: no baseline value; `missing`: a baseline value but no current value.
 
 Deterministic metrics (KV bytes, weights bytes) compare the current value with the last
-baseline value exactly: larger = `fail`, smaller = `improved`, equal = `pass`.
+baseline value exactly (`reports.analysis.exact`).
 
 Deliberately not here: which metrics a benchmark has (`reports.analysis.metrics`), files,
 formatting.
@@ -48,7 +48,13 @@ from reports.analysis.levels import (
     round_mismatch,
     suite_run_var,
 )
-from reports.analysis.noise_model import Prior, estimate_noise, kept_locations
+from reports.analysis.noise_model import (
+    Parts,
+    Prior,
+    estimate_noise,
+    kept_locations,
+    location_var_factor,
+)
 
 VerdictName = Literal["fail", "pass", "inconclusive", "improved", "new", "missing"]
 MetricKind = Literal["timing", "scalar", "exact"]
@@ -138,6 +144,13 @@ class Verdict:
     the improved-side p-value. log_ratio, se, df: the evidence handed to
     `reports.analysis.decision`.
     stack_change: the software-stack fields that changed against the baseline, or "".
+    alternatives: (log_ratio, se) of the same evidence with the host's (or the suite's common)
+    move credited (`reports.analysis.attribution`): the decision holds for every one of them.
+    tails: the Student t degrees of freedom of the slow and the fast side of the machine's
+    run-to-run noise (`reports.analysis.tails`; inf: normal).
+    holm_weight: the verdict's weight in the suite's Holm family (group moves share half of it).
+    attributed: the verdict is undecided because the attributions disagree (machine or code).
+    parts: the variance's pieces (`Parts`), None for exact metrics and new/missing ones.
     """
 
     machine_id: str
@@ -163,6 +176,11 @@ class Verdict:
     df: float | None = None
     note: str = ""
     stack_change: str = ""
+    alternatives: tuple[tuple[float, float], ...] = ()
+    tails: tuple[float, float] = (math.inf, math.inf)
+    holm_weight: float = 1.0
+    attributed: bool = False
+    parts: Parts | None = field(default=None, compare=False, repr=False)
 
     @property
     def compared(self) -> bool:
@@ -267,7 +285,16 @@ def judge_noisy(
     # Summarised at `rounds` rounds, a longer current run is steadier than a run of `rounds`
     # rounds, but not by the order statistic's formula at its own count (the summary weighs its
     # lowest rounds most): its variance is taken as that of `rounds` rounds (conservative).
-    se = math.sqrt(noise.current_var(rounds, len(current_runs)) + noise.baseline_var)
+    current_logs = tuple(_log_location(run, rounds) for run in current_runs)
+    within = location_var_factor(rounds) * noise.within_var if rounds > 0 else 0.0
+    parts = Parts(
+        baseline_var=noise.baseline_var,
+        run_var=noise.between_var + within,
+        run_effect_var=noise.run_effect_var,
+        noise_df=noise.df,
+        current_logs=current_logs,
+    )
+    se = math.sqrt(parts.variance(noise.run_effect_var))
     d = current_log - noise.baseline_log
     worse = -d if series.higher_is_better else d
     return replace(
@@ -279,6 +306,7 @@ def judge_noisy(
         p_value=decision.p_fail(worse, se, noise.df, threshold),
         p_improved=decision.p_improved(worse, se, noise.df, threshold),
         current_value=math.exp(current_log),
+        parts=parts,
     )
 
 
@@ -295,6 +323,9 @@ def apply_holm(verdicts: Sequence[Verdict], config: AnalysisConfig) -> list[Verd
             verdicts[i].se or 0.0,
             verdicts[i].df or math.inf,
             verdicts[i].threshold,
+            verdicts[i].alternatives,
+            *verdicts[i].tails,
+            verdicts[i].holm_weight,
         )
         for i in idx
     ]
@@ -312,41 +343,6 @@ def apply_holm(verdicts: Sequence[Verdict], config: AnalysisConfig) -> list[Verd
             mde=dec.mde,
         )
     return out
-
-
-def exact_change_text(delta: float) -> str:
-    """An exact metric's change for a note: whole bytes, or the fraction a per-token figure has."""
-    size = abs(delta)
-    return f"{size:,.0f}" if float(size).is_integer() else f"{size:,.6g}"
-
-
-def judge_exact(series: MetricSeries, config: AnalysisConfig) -> Verdict:
-    """Deterministic metric: the current value against the last baseline value, exactly.
-
-    Larger = `fail`, smaller = `improved` (lower is better for bytes), equal = `pass`; the note
-    says by how many units it changed.
-    """
-    threshold = config.threshold_for(series.metric)
-    v = Verdict(series.machine_id, series.fullname, series.metric, "exact", "new", threshold)
-    last = series.baseline[-1][-1] if series.baseline else None
-    cur = series.current[-1] if series.current else None
-    if last is None:
-        if cur is None:
-            return replace(v, verdict="missing")
-        return replace(v, current_value=cur, note="no baseline value")
-    v = replace(v, baseline_value=last, baseline_runs=len(series.baseline))
-    if cur is None:
-        return replace(v, verdict="missing")
-    v = replace(v, current_value=cur, ratio=cur / last if last else None)
-    if cur == last:
-        return replace(v, verdict="pass", note="unchanged")
-    grew = cur > last
-    return replace(
-        v,
-        verdict="fail" if grew else "improved",
-        note=f"{'grew' if grew else 'shrank'} by {exact_change_text(cur - last)} (exact "
-        "comparison)",
-    )
 
 
 def suite_prior(series: Sequence[MetricSeries], config: AnalysisConfig) -> dict[str, Prior]:

@@ -1,5 +1,6 @@
 """Trend series, change-point marks and decode curves of one machine's comparison.
 
+The host probes' trend (`host_trends`) is drawn the same way, as the machine's own.
 Trend series are aggregated here (per-run medians, at most `max_points` per chart) so that a
 history of 1,000 runs renders quickly into a small file. Each point carries its run's commit and
 date (axis ticks and hover); stack changes between the runs shown are marked like steps.
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 
 from reports.analysis.changepoints import detect_steps_detrended
 from reports.analysis.levels import common_rounds, location_at
-from reports.analysis.metrics import SCALAR_TIMINGS, primary_metric
+from reports.analysis.metrics import SCALAR_TIMINGS, primary_metric, run_probes
 from reports.analysis.series import Verdict, VerdictName
 from reports.history.load import Run
 from reports.history.selection import Comparison
@@ -204,6 +205,29 @@ def _energy_trends(
                 "J/tok",
             )
         )
+    return out
+
+
+def host_trends(comparison: Comparison, max_points: int) -> list[Trend]:
+    """The machine's own trend: per host-probe kind of the current run, each run's probe level
+    (the median of its quiet points, `metrics.run_probes`) in seconds; drawn as the machine's,
+    never judged as the code's (DESIGN §3)."""
+    runs = [*comparison.baseline, comparison.current]
+    levels = [run_probes(r) for r in runs]
+    labels = [_run_label(r) for r in runs]
+    out = []
+    for kind in sorted(levels[-1]):
+        values = [
+            math.exp(level) if (p := lv.get(kind)) and (level := p.level) is not None else None
+            for lv in levels
+        ]
+        pts = [(float(i), v, labels[i]) for i, v in enumerate(values) if v]
+        x, y, label, aggregated = _downsample(
+            [p[0] for p in pts], [p[1] for p in pts], [p[2] for p in pts], max_points
+        )
+        name = f"host probe: {kind}"
+        marks = _steps_for(name, kind, comparison.baseline, values[:-1])
+        out.append(Trend(name, name, kind, x, y, label, tuple(marks), aggregated, None))
     return out
 
 

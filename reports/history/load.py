@@ -59,6 +59,8 @@ class Run:
     partial: a file that still contributes cells was killed before it finished.
     whole: False when the files are shards "I/N" and some shard 1..N is absent: `planned`
     then does not hold the whole matrix, so a cell outside it may just be in a lost shard.
+    probes: the host-probe records of every file of the run (the machine's own measurement,
+    `reports.analysis.probes`), never judged as benchmarks.
     """
 
     machine_id: str
@@ -76,6 +78,7 @@ class Run:
     partial: bool = False
     commit_time: str = ""
     whole: bool = True
+    probes: tuple[BenchmarkResult, ...] = ()
 
     @property
     def short_commit(self) -> str:
@@ -125,6 +128,8 @@ class Run:
             partial=any(f.partial for f in used),
             commit_time=last.commit_time,
             whole=_whole(used),
+            # every file's probes: each timed the machine while its own cells ran
+            probes=tuple(p for f in files for p in f.probes),
         )
 
 

@@ -8,6 +8,9 @@
   `fingerprint_id` for files written before they existed; `planned` (the cell fullnames the
   run selected), `shard` ("I/N": `planned` is one shard's) and `partial` (a run killed before
   it finished);
+- sets host-probe records apart (`extra_info.host_probe` names their kind, DESIGN §3): they
+  measure the machine, not the code, so they are the file's `probes`, never its `benchmarks`
+  (a probe needs only its name, that field and its `stats`: other tools may write them too);
 - a file it cannot use becomes a `SkippedFile` with the reason; it never raises for one.
 
 Deliberately not here: grouping files into runs (`history`), choosing baselines (`selection`).
@@ -60,6 +63,12 @@ class BenchmarkResult:
     def median_s(self) -> float:
         """Median of the rounds (computed once; trends read it for every run)."""
         return statistics.median(self.rounds_s)
+
+    @property
+    def host_probe(self) -> str | None:
+        """The probe's kind ("memory", "compute", ...) when this record is a host probe."""
+        kind = self.extra.get("host_probe")
+        return kind if isinstance(kind, str) and kind else None
 
     @property
     def cell_id(self) -> str:
@@ -142,6 +151,7 @@ class RunFile:
     planned: the benchmark fullnames the run selected, or None when not recorded.
     partial: the run was killed before it finished (only the cells that finished are here).
     commit_time: the commit's own time from `commit_info.time` ("" when absent).
+    probes: the host-probe records (`BenchmarkResult.host_probe`), never among `benchmarks`.
     """
 
     path: str
@@ -160,6 +170,7 @@ class RunFile:
     partial: bool = False
     commit_time: str = ""
     shard: tuple[int, int] | None = None
+    probes: tuple[BenchmarkResult, ...] = ()
 
     @property
     def cells(self) -> frozenset[str]:
@@ -180,7 +191,8 @@ class RunFile:
         assert isinstance(commit, dict)  # for mypy; checked just above
         ident = _machine_identity(machine)
         stamp = raw.get("datetime")
-        benchmarks = tuple(BenchmarkResult.from_json(b) for b in raw["benchmarks"])
+        records = [BenchmarkResult.from_json(b) for b in raw["benchmarks"]]
+        benchmarks = tuple(b for b in records if b.host_probe is None)
         commit_time = commit.get("time")
         return cls(
             path=str(path),
@@ -199,6 +211,7 @@ class RunFile:
             partial=ident.partial,
             commit_time=commit_time if isinstance(commit_time, str) else "",
             shard=ident.shard,
+            probes=tuple(b for b in records if b.host_probe is not None),
         )
 
 
@@ -329,7 +342,7 @@ def _drop_unknown_extra_schemas(run: RunFile) -> tuple[RunFile, list[SkippedFile
     """
     kept: list[BenchmarkResult] = []
     skipped: list[SkippedFile] = []
-    for bench in run.benchmarks:
+    for bench in (*run.benchmarks, *run.probes):
         schema = bench.extra.get("schema")
         if "schema" not in bench.extra or schema in SUPPORTED_EXTRA_SCHEMAS:
             kept.append(bench)
@@ -346,8 +359,12 @@ def _drop_unknown_extra_schemas(run: RunFile) -> tuple[RunFile, list[SkippedFile
     return _replace_benchmarks(run, tuple(kept)), skipped
 
 
-def _replace_benchmarks(run: RunFile, benchmarks: tuple[BenchmarkResult, ...]) -> RunFile:
-    return replace(run, benchmarks=benchmarks)
+def _replace_benchmarks(run: RunFile, records: tuple[BenchmarkResult, ...]) -> RunFile:
+    return replace(
+        run,
+        benchmarks=tuple(b for b in records if b.host_probe is None),
+        probes=tuple(b for b in records if b.host_probe is not None),
+    )
 
 
 def load_files(paths: Sequence[Path]) -> tuple[list[RunFile], list[SkippedFile]]:

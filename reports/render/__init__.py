@@ -3,7 +3,8 @@
 Owns `report` (the report model built from history and verdicts), `headline` (the status, its
 reason and the lines for a human), `tables` (the "now" table, change grid, KV table),
 `roofline`, `runmode` (run-mode comparison tables), `quant` (the quantization view), `html`
-(the page, the summary, the gate JSON), `ab` (the A/B page) and the jinja2 `templates/` and
+(the page, the summary), `gate` (the gate's lines and exit code), `gatejson` (the gate JSON),
+`ab` (the A/B page) and the jinja2 `templates/` and
 `static/` assets (uPlot, CSS, JS) inlined into the page.
 
 May import: reports.errors, reports.history, reports.analysis, jinja2.

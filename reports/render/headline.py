@@ -5,12 +5,14 @@ The status claims only what the verdicts support (DESIGN §7's statuses):
 - `error`: nothing could be judged, or an unreadable file may be the current run.
 - `fail`: a verdict is `fail` or `missing` (a cell that did not run is not a pass).
 - `no-baseline`: nothing was compared.
-- `inconclusive` (exit 3 at the gate), never PASS, when: a machine's run was busy; its timings
-  moved together beyond the run-to-run spread of a whole run, far enough to reach the threshold
-  (`shift.SuiteShift.reaches`: the host or the whole stack, which no per-benchmark verdict can
-  attribute); its undecided timings lean to a slowdown (`judge.Lean.rejected`); or every noisy
-  verdict is undecided.
-- `pass` otherwise; a named shift below the threshold and implausible changes are said.
+- `fail` too when a machine's group move (the whole suite, or every timing of one metric) fails
+  (`attribution`: the probes held, or moved less than the timings: the code's).
+- `inconclusive` (exit 3 at the gate), never PASS, when: a machine's run was busy; a timing or
+  group move is undecided because the machine and the code disagree (`Verdict.attributed`:
+  the host probes moved, or without probes the suite moved together: machine or code); its
+  timings lean to a slowdown (`judge.Lean.rejected`); or every noisy verdict is undecided.
+  The reason names the causes.
+- `pass` otherwise; a named move below the threshold and implausible changes are said.
 
 Quantized cells outside their accuracy bound (`reports.analysis.accuracy`) are said on every
 status but `error`, and decide none: a finding for a human, like an implausible change.
@@ -27,9 +29,8 @@ from typing import Literal, Protocol
 
 from reports.analysis.accuracy import Accuracy
 from reports.analysis.flags import DriftRow, implausible_text
-from reports.analysis.judge import Lean, all_undecided
+from reports.analysis.judge import Attribution, Lean, all_undecided
 from reports.analysis.series import Verdict, VerdictName
-from reports.analysis.shift import SuiteShift
 from reports.render.changes import change_text
 
 Status = Literal["fail", "pass", "inconclusive", "no-baseline", "error"]
@@ -61,7 +62,7 @@ class MachineReport(Protocol):
     @property
     def busy_text(self) -> str: ...
     @property
-    def shift(self) -> SuiteShift | None: ...
+    def shift(self) -> Attribution | None: ...
     @property
     def lean(self) -> Lean | None: ...
     @property
@@ -76,20 +77,57 @@ class MachineReport(Protocol):
     def implausible(self) -> list[Verdict]: ...
     @property
     def accuracy_flags(self) -> tuple[Accuracy, ...]: ...
+    @property
+    def verdicts(self) -> tuple[Verdict, ...]: ...
 
 
 #: Leaning timings named in the headline (the rest: "and N more"; all in the report's table).
 LEAN_NAMED = 3
 
 
-def shift_text(machine_id: str, shift: SuiteShift) -> str:
-    """ "every timing on M moved +10.2 % (95 % interval +8.1 … +12.3 %) …" """
-    return (
-        f"every timing on {machine_id} moved {change_text(shift.ratio)} together (interval "
-        f"{change_text(shift.ci_low)} … {change_text(shift.ci_high)}; a whole run strays "
-        f"±{shift.run_effect_var**0.5:.1%} here): the host or the whole stack, not one "
-        "benchmark; each benchmark is judged against that shift"
-    )
+def shift_text(machine_id: str, shift: Attribution) -> str:
+    """What moved on the machine and how its timings were judged: the probes' ratios (the
+    host), the suite's common move, and each group move that failed or stayed undecided."""
+    parts = []
+    if shift.mode == "probes" and shift.host is not None:
+        how = (
+            "moved"
+            if shift.host_named
+            else ("read" if shift.banded else "held within their usual spread")
+        )
+        parts.append(f"the host probes on {machine_id} {how}: {shift.host.text()}")
+    common = shift.common
+    if common is not None:
+        parts.append(
+            f"the suite's timings moved {change_text(common.ratio)} together (interval "
+            f"{change_text(common.ci_low)} … {change_text(common.ci_high)}; a whole run strays "
+            f"±{common.run_effect_var**0.5:.1%} here)"
+        )
+    for g in shift.groups:
+        if g.verdict == "fail":
+            parts.append(f"{g.fullname} {change_text(g.ratio or 1.0)}: FAIL, the code's")
+        elif g.attributed:
+            parts.append(f"{g.fullname} {change_text(g.ratio or 1.0)}: machine or code")
+    if shift.probes_used:
+        parts.append(
+            "a timing is judged against the probes' move only as far as they measured it "
+            "(FAIL beyond it, PASS only when its raw move is below the threshold)"
+        )
+    elif shift.mode == "common":
+        parts.append(
+            "no host probe tells the machine from the code: a timing that moved with the suite "
+            "is inconclusive; confirm with an A/B run (nox -s ab)"
+        )
+    return "; ".join(parts)
+
+
+def shift_said(shift: Attribution | None) -> bool:
+    """Whether the SHIFT line is shown: the host or the suite moved beyond its spread, or a
+    group move failed or stayed undecided by who moved."""
+    if shift is None:
+        return False
+    groups = any(g.verdict == "fail" or g.attributed for g in shift.groups)
+    return shift.named or shift.probes_used or groups
 
 
 def lean_text(lean: Lean, names: int = LEAN_NAMED) -> str:
@@ -118,13 +156,19 @@ def earlier_text(machine: MachineReport) -> str:
 
 
 def attention_lines(machine: MachineReport) -> list[str]:
-    """BUSY, SHIFT, LEAN, POOLED, IMPLAUSIBLE, ACCURACY and DRIFT lines of one machine: what a
-    human must see."""
+    """BUSY, SHIFT, PROBES, LEAN, POOLED, IMPLAUSIBLE, ACCURACY and DRIFT lines of one machine:
+    what a human must see."""
     lines = []
     if machine.busy_text:
         lines.append(f"BUSY {machine.machine_id}: {machine.busy_text}: not judged as quiet")
-    if machine.shift is not None and machine.shift.named:
+    if machine.shift is not None and shift_said(machine.shift):
         lines.append(f"SHIFT {shift_text(machine.machine_id, machine.shift)}")
+    host = machine.shift.host if machine.shift is not None else None
+    if host is not None and not host.usable:
+        lines.append(
+            f"PROBES {machine.machine_id}: the current run's host probes are no evidence yet "
+            f"({'; '.join(host.notes)}): a whole-run move is judged as without probes"
+        )
     if machine.lean is not None and machine.lean.rejected:
         lines.append(f"LEAN {lean_text(machine.lean)}")
     if machine.earlier:
@@ -167,15 +211,24 @@ def status(
     accuracy = [f"{outside} quantized cell(s) outside their accuracy bound to check"]
     accuracy = accuracy if outside else []
     also = "".join(f"; {text}" for text in accuracy)
-    shifted = [m for m in machines if m.shift is not None and m.shift.named]
+    shifted = [m for m in machines if shift_said(m.shift)]
     shift_parts = [shift_text(m.machine_id, m.shift) for m in shifted if m.shift is not None]
-    if counts["fail"] or counts["missing"]:
+    group_fails = [
+        g
+        for m in machines
+        if m.shift is not None and not m.busy_text
+        for g in m.shift.groups
+        if g.verdict == "fail"
+    ]
+    if counts["fail"] or counts["missing"] or group_fails:
         parts = []
         if odd:
             parts.append(f"{len(odd)} implausible change(s) to check")
         parts += accuracy
         if counts["fail"]:
             parts.append(f"{counts['fail']} regression(s) beyond threshold and noise")
+        if group_fails:
+            parts.append(f"{len(group_fails)} suite-wide move(s) beyond threshold and noise")
         if counts["missing"]:
             parts.append(f"{counts['missing']} baseline metric(s) missing from the current run")
         return "fail", "; ".join([*parts, *shift_parts]) + suffix
@@ -184,8 +237,8 @@ def status(
     busy = "; ".join(f"{m.machine_id}: {m.busy_text}" for m in machines if m.busy_text)
     if busy:
         return "inconclusive", (
-            f"the run was disturbed, {busy}: nothing judged as if quiet; re-run on a quiet "
-            "machine" + also + suffix
+            f"busy: the run was disturbed, {busy}: nothing judged as if quiet; re-run on a "
+            "quiet machine" + also + suffix
         )
     if undecided := _undecided(machines, shifted, verdicts, threshold):
         return "inconclusive", undecided + also + suffix
@@ -201,17 +254,28 @@ def _undecided(
     verdicts: Sequence[Verdict],
     threshold: float,
 ) -> str:
-    """Why a quiet run with no fail is still not PASS ("" when it is PASS)."""
-    reaching = [
-        shift_text(m.machine_id, m.shift)
-        for m in shifted
-        if m.shift is not None and m.shift.reaches(threshold)
-    ]
-    if reaching:
-        return "; ".join(reaching) + "; confirm with an A/B run (nox -s ab) or re-run quietly"
+    """Why a quiet run with no fail is still not PASS ("" when it is PASS): its causes."""
+    del threshold  # the rule is per verdict (`Verdict.attributed`)
+    causes = []
+    for m in shifted:
+        shift = m.shift
+        if shift is None:
+            continue
+        moved = [v for v in m.verdicts if v.attributed] + [g for g in shift.groups if g.attributed]
+        if moved:
+            causes.append(
+                f"shift: {len(moved)} move(s) on {m.machine_id} machine or code "
+                f"({shift_text(m.machine_id, shift)})"
+            )
+    if causes:
+        return "; ".join(causes) + "; confirm with an A/B run (nox -s ab) or re-run quietly"
     more = "decide with more runs (re-run: runs of one commit are pooled) or an A/B run (nox -s ab)"
-    parts = [lean_text(m.lean, 1) for m in machines if m.lean is not None and m.lean.rejected]
+    parts = [
+        f"lean: {lean_text(m.lean, 1)}" for m in machines if m.lean is not None and m.lean.rejected
+    ]
     if all_undecided(verdicts):
         noisy = sum(v.compared and v.kind != "exact" for v in verdicts)
-        parts.insert(0, f"nothing could be decided: all {noisy} timings straddle the threshold")
+        parts.insert(
+            0, f"undecided: nothing could be decided, all {noisy} timings straddle the threshold"
+        )
     return "; ".join([*parts, more]) if parts else ""

@@ -16,18 +16,16 @@ Deliberately not here: judging (`analysis`), choosing runs (`history`), assembli
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import asdict
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import jinja2
 
-from reports.analysis.flags import implausible
 from reports.analysis.series import Verdict
 from reports.render import engines, quant, serve, tp
 from reports.render.changes import change_text, first_screen, interval_text, mde_text
+from reports.render.headline import shift_said, shift_text
 from reports.render.report import MachineReport, Report
 from reports.render.roofline import RooflineChart
 from reports.render.runmode import entry_text
@@ -176,6 +174,7 @@ def environment(markdown: bool) -> jinja2.Environment:
         serve_svg=serve.svg,
         **engines.FILTERS,
     )
+    env.globals.update(shift_said=shift_said, shift_text=shift_text)
     return env
 
 
@@ -227,6 +226,21 @@ def chart_data(machine: MachineReport, index: int) -> dict[str, Any]:
                 ],
             }
             for i, t in enumerate(machine.trends)
+        },
+        "hosts": {
+            f"h{index}-{i}": {
+                "title": t.cell_id,
+                "metric": t.metric,
+                "unit": t.unit,
+                "x": list(t.x),
+                "y": list(t.y),
+                "labels": list(t.label),
+                "steps": [
+                    {"x": float(s.run_index), "rel": s.rel_change, "commit": s.commit_id[:10]}
+                    for s in t.steps
+                ],
+            }
+            for i, t in enumerate(machine.host_trends)
         },
         "curves": {
             f"c{index}-{i}": {
@@ -288,111 +302,3 @@ def render_summary(report: Report, generated_at: str, budget: int = SUMMARY_BUDG
         note = "\n\n…(summary truncated to fit a GitHub comment; see the HTML report)\n"
         text = text[: budget - len(note)] + note
     return text
-
-
-def verdict_json(report: Report) -> dict[str, Any]:
-    """The gate's machine-readable output (DESIGN §6)."""
-    benchmarks: list[dict[str, Any]] = []
-    for machine in report.machines:
-        for v in machine.verdicts:
-            benchmarks.append(
-                {
-                    "machine_id": v.machine_id,
-                    "machine": machine.label,
-                    "fullname": v.fullname,
-                    "metric": v.metric,
-                    "kind": v.kind,
-                    "verdict": v.verdict,
-                    "ratio": v.ratio,
-                    "ci_low": v.ci_low,
-                    "ci_high": v.ci_high,
-                    "p_value": v.p_value,
-                    "p_adjusted": v.p_adjusted,
-                    "p_improved": v.p_improved,
-                    "mde": v.mde,
-                    "threshold": v.threshold,
-                    "baseline_value": v.baseline_value,
-                    "current_value": v.current_value,
-                    "baseline_runs": v.baseline_runs,
-                    "between_run_cv": v.between_cv,
-                    "within_run_cv": v.within_cv,
-                    "note": v.note,
-                    "stack_change": v.stack_change,
-                    "implausible": implausible(v),
-                }
-            )
-    return {
-        "schema": 1,
-        "status": report.status,
-        "status_reason": report.status_reason,
-        "counts": dict(report.counts),
-        "benchmarks": benchmarks,
-        "skipped_files": [{"path": s.path, "reason": s.reason} for s in report.skipped],
-        "suspect_current_files": list(report.suspect_current),
-        "stale_machines": [{"machine_id": m, "reason": r} for m, r in report.stale],
-        "machines": [
-            {
-                "machine_id": m.machine_id,
-                "machine": m.label,
-                "current_commit": m.current.commit_id,
-                "partial": m.partial,
-                "baseline_rule": m.baseline_rule,
-                "stack_change": [
-                    {"field": c.key, "baseline": c.baseline, "current": c.current}
-                    for c in m.stack_change
-                ],
-                "removed_cells": list(m.removed),
-                "busy_cpu_pct": m.busy_cpu_pct,
-                "accuracy_flags": [asdict(a) for a in m.accuracy_flags],  # additive, as below
-                # additive fields (schema 1 readers ignore them): the common shift, the lean
-                "shift": None
-                if m.shift is None
-                else {
-                    "ratio": m.shift.ratio,
-                    "ci_low": m.shift.ci_low,
-                    "ci_high": m.shift.ci_high,
-                    "named": m.shift.named,
-                    "timings": m.shift.timings,
-                },
-                "lean": None
-                if m.lean is None
-                else {
-                    "p_value": m.lean.p_value,
-                    "rejected": m.lean.rejected,
-                    "timings": m.lean.timings,
-                    "leaning": [[v.fullname, v.metric] for v in m.lean.leaning],
-                },
-                "suite_drift": m.suite_drift,
-                "drift": [
-                    {
-                        "fullname": d.fullname,
-                        "metric": d.metric,
-                        "rel_change": d.drift.rel_change,
-                        "slope_per_run": d.drift.slope_per_run,
-                        "runs": d.drift.runs,
-                        "since_commit": d.since_commit,
-                    }
-                    for d in m.drifts
-                ],
-            }
-            for m in report.machines
-        ],
-        "config": _config_json(report),
-    }
-
-
-def _config_json(report: Report) -> Mapping[str, Any]:
-    c = report.config
-    return {
-        "base_branch": report.base_branch,
-        "threshold": c.threshold,
-        "per_metric_threshold": dict(c.per_metric),
-        "alpha": c.alpha,
-        "rule": (
-            "fail: one-sided t test of worse-ratio <= 1 + threshold rejected at Holm-adjusted "
-            "p <= alpha over every noisy metric of the suite"
-        ),
-        "ci_level": c.ci_level,
-        "power": c.power,
-        "prior_run_cv": c.prior_run_cv,
-    }

@@ -30,11 +30,12 @@ from reports.analysis.flags import (
     mark_busy,
     process_state_rows,
     quiet_baseline,
+    quiet_repeats,
     run_busy_pct,
     suite_drift,
 )
-from reports.analysis.judge import Lean, judge
-from reports.analysis.metrics import comparison_series, removed_cells
+from reports.analysis.judge import Attribution, Lean, judge
+from reports.analysis.metrics import comparison_host, comparison_series, removed_cells
 from reports.analysis.series import (
     VERDICT_ORDER,
     AnalysisConfig,
@@ -42,12 +43,12 @@ from reports.analysis.series import (
     VerdictName,
     summarize,
 )
-from reports.analysis.shift import SuiteShift
 from reports.analysis.trends import (
     DecodeCurve,
     StepMark,
     Trend,
     decode_curves,
+    host_trends,
     run_ticks,
     stack_positions,
     trends,
@@ -118,7 +119,7 @@ class MachineReport:
     drifts: tuple[DriftRow, ...] = ()  # benchmarks that crept beyond the threshold
     suite_drift: float | None = None  # the suite-wide creep, when most benchmarks drifted
     consistency: tuple[ConsistencyRow, ...] = ()  # one computation timed by two modules
-    shift: SuiteShift | None = None  # the timings' common shift (`analysis.shift`)
+    shift: Attribution | None = None  # machine or code: probes, common move, group moves
     lean: Lean | None = None  # the lean test of the undecided timings (`analysis.judge`)
     earlier: tuple[EarlierRun, ...] = ()  # this commit's earlier runs, pooled with the current
     quant: tuple[QuantTable, ...] = ()  # current run's quantized cells against unquantized ones
@@ -126,6 +127,7 @@ class MachineReport:
     tp: tuple[TpTable, ...] = ()  # current run's tp > 1 cells against their tp-1 twins
     serve: tuple[ServeTable, ...] = ()  # current run's serving cells: latency against rate
     engines: tuple[EngineTable, ...] = ()  # current run's torch and MLX cells side by side
+    host_trends: tuple[Trend, ...] = ()  # the host probes' levels per run: the machine's trend
 
     @property
     def consistency_summary(self) -> ConsistencySummary:
@@ -225,7 +227,7 @@ def build_machine(
     max_runs: int | None = None,
     threshold: float = 0.05,
     *,
-    shift: SuiteShift | None = None,
+    shift: Attribution | None = None,
     lean: Lean | None = None,
     earlier: tuple[EarlierRun, ...] = (),
 ) -> MachineReport:
@@ -244,6 +246,7 @@ def build_machine(
         trends=tuple(trend_list),
         steps=tuple(steps),
         decode_curves=tuple(decode_curves(comparison, max_points)),
+        host_trends=tuple(host_trends(comparison, max_points)),
         kv_rows=tuple(kv_rows(current)),
         memory_rows=tuple(memory_rows(current)),
         roofline_rows=tuple(roofline_rows(current, verdicts)),
@@ -284,7 +287,8 @@ def earlier_runs(comparison: Comparison, config: AnalysisConfig) -> tuple[Earlie
     out = []
     for run in comparison.current_repeats:
         alone = replace(comparison, current=run, current_repeats=())
-        judged = judge(comparison_series(alone, config.max_baseline_runs), config)
+        hosts = {alone.machine_id: comparison_host(alone, config.max_baseline_runs)}
+        judged = judge(comparison_series(alone, config.max_baseline_runs), config, hosts)
         fails = sum(v.verdict == "fail" for v in judged.verdicts)
         out.append(EarlierRun(run.datetime, judged.outcome(config.threshold), fails))
     return tuple(out)
@@ -307,13 +311,14 @@ def build_report(
     machine whose stack changed names the change; a busy machine's fails and improvements are
     not decided (`flags.mark_busy`).
     """
-    comparisons = [quiet_baseline(c) for c in selection.comparisons]
+    comparisons = [quiet_repeats(quiet_baseline(c)) for c in selection.comparisons]
     all_series = [
         (c, s) for c in comparisons for s in comparison_series(c, config.max_baseline_runs)
     ]
     changes = {c.machine_id: c.stack_change_text for c in comparisons}
     busy = {c.machine_id: pct for c in comparisons if (pct := run_busy_pct(c.current)) is not None}
-    judged = judge([s for _, s in all_series], config)
+    hosts = {c.machine_id: comparison_host(c, config.max_baseline_runs) for c in comparisons}
+    judged = judge([s for _, s in all_series], config, hosts)
     verdicts = [
         replace(v, stack_change=changes.get(v.machine_id, ""))
         for v in mark_busy(list(judged.verdicts), busy)

@@ -26,7 +26,10 @@ def _row(table: dict[str, dict[str, float]], prefix: str) -> dict[str, float]:
 def test_a_a_suites_have_no_false_fail(table):
     row = _row(table, "A/A")
     assert row["suites with a false fail"] <= 1 / TRIALS
-    assert row["exit 0"] >= 1 - 1 / TRIALS
+    # Not 1 - 1/TRIALS any more: the lean test now has its stated size (5 %, calibrated on the
+    # baseline's own runs, issue 41), so about one A/A suite in twenty reads INCONCLUSIVE (exit
+    # 3); before, its realised size was far below the 10 % it stated.
+    assert row["exit 0"] >= 0.95 - 2 * (0.95 * 0.05 / TRIALS) ** 0.5
 
 
 def test_a_torch_upgrade_is_judged_against_the_same_hardware_and_named(table):

@@ -300,6 +300,7 @@
     var id = el.getAttribute("data-chart");
     var kind = el.getAttribute("data-kind");
     if (kind === "trend") { trendChart(el, m.trends[id], m); }
+    else if (kind === "host") { trendChart(el, m.hosts[id], m); }
     else if (kind === "roofline") { rooflineChart(el, m.roofline[id]); }
     else { curveChart(el, m.curves[id]); }
   }

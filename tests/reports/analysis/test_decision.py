@@ -183,3 +183,40 @@ def test_interval_contains_the_truth_at_its_level() -> None:
         lo, hi = interval(lr, se, df, 0.9)
         inside += lo <= math.exp(0.1) <= hi
     assert abs(inside / n - 0.9) <= _binomial_bound(0.9, n)
+
+
+def test_weighted_holm_tests_a_heavy_hypothesis_first_at_its_share_of_alpha() -> None:
+    """Issue 41: the group moves share half of alpha; with weights (1, 1, 2) a hypothesis of
+    weight 2 is first tested at alpha * 2 / 4."""
+    adjusted = holm_adjust([0.004, 0.02, 0.006], [1.0, 1.0, 2.0])
+    assert adjusted[2] == pytest.approx(4 * 0.006 / 2)
+    assert adjusted[0] == pytest.approx(max(adjusted[2], 2 * 0.004 / 1))
+    assert holm_adjust([0.01, 0.04, 0.03], [1.0, 1.0, 1.0]) == pytest.approx([0.03, 0.06, 0.06])
+    with pytest.raises(ValueError, match="weights"):
+        holm_adjust([0.1], [0.0])
+
+
+def test_a_decision_holds_for_every_attribution() -> None:
+    """Fail only when every attribution fails; pass only when every interval is below the
+    threshold; the interval spans them all."""
+    from reports.analysis.decision import Evidence, decide  # noqa: PLC0415
+
+    raw_fails = Evidence(math.log(1.30), 0.02, 50.0, 0.05)
+    credited = Evidence(math.log(1.30), 0.02, 50.0, 0.05, ((math.log(1.01), 0.02),))
+    assert decide([raw_fails])[0].outcome == "fail"
+    (dec,) = decide([credited])
+    assert dec.outcome == "inconclusive"
+    assert dec.ci_low < 1.01
+    assert dec.ci_high > 1.30
+    both_pass = Evidence(0.0, 0.01, 50.0, 0.05, ((0.01, 0.01),))
+    assert decide([both_pass])[0].outcome == "pass"
+
+
+def test_a_heavy_slow_tail_widens_the_fail_side_only() -> None:
+    from reports.analysis.decision import Evidence, decide  # noqa: PLC0415
+
+    normal = decide([Evidence(0.17, 0.03, 1e6, 0.05)])[0]
+    heavy = decide([Evidence(0.17, 0.03, 1e6, 0.05, tail_up=3.0)])[0]
+    assert heavy.p_fail > 10 * normal.p_fail
+    assert heavy.mde > normal.mde
+    assert heavy.ci_low == pytest.approx(normal.ci_low)  # the fast side is unchanged

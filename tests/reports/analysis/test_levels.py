@@ -166,7 +166,10 @@ def test_a_burst_between_runs_at_todays_level_does_not_cut_the_baseline():
 def test_pooled_reruns_keep_the_tests_size_when_run_to_run_noise_dominates():
     """Issue 17: `--rerun` pooling divided the pooled rounds' variance by R, too small when the
     run-to-run term dominates (2.1-2.5 % fails at the threshold). The run is the unit: each
-    rerun is summarised like a baseline run and their mean carries tau^2 / R."""
+    rerun is summarised like a baseline run and their mean carries tau^2 / R when the re-runs
+    are independent, as here (issue 41: re-runs that share one host state carry
+    tau^2 (rho + (1 - rho) / R), `test_series.py` and `test_gate_rows.py`'s shared re-runs at
+    the threshold)."""
     from dataclasses import replace  # noqa: PLC0415
 
     from reports.analysis.series import AnalysisConfig, MetricSeries, judge_noisy  # noqa: PLC0415

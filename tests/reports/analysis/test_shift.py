@@ -1,5 +1,9 @@
 """reports.analysis.shift and the round-count rule of reports.analysis.levels: pure functions
-checked on synthetic inputs over many seeds (realised rates, not one draw)."""
+checked on synthetic inputs over many seeds (realised rates, not one draw).
+
+The chi-bar-squared lean test that lived here is gone (issue 41): its size on independent t
+scores was 5 %, but on the gate's real residuals it read 0.5-30 % by path; the lean is now
+calibrated on the baseline's own runs (`tests/reports/analysis/test_lean.py`)."""
 
 from __future__ import annotations
 
@@ -11,53 +15,11 @@ import statistics
 import pytest
 
 from reports.analysis.levels import location_at, round_mismatch, run_location
-from reports.analysis.shift import (
-    MIN_TIMINGS_FOR_SHIFT,
-    chi2_sf,
-    chi_bar_sq_sf,
-    estimate_shift,
-    lean_p_value,
-    normal_score,
-)
+from reports.analysis.shift import MIN_TIMINGS_FOR_SHIFT, estimate_shift
 
 
 def _binomial_upper(p: float, n: int) -> float:
     return p + 3 * math.sqrt(p * (1 - p) / n)
-
-
-def test_chi2_and_chi_bar_squared_tails_match_simulation():
-    assert chi2_sf(3.841458820694124, 1) == pytest.approx(0.05, abs=1e-9)
-    assert chi2_sf(18.307038053275146, 10) == pytest.approx(0.05, abs=1e-9)
-    assert chi2_sf(0.0, 0) == 1.0
-    assert chi2_sf(0.1, 0) == 0.0
-    rng = random.Random(11)
-    draws = sorted(sum(max(rng.gauss(0, 1), 0) ** 2 for _ in range(36)) for _ in range(20000))
-    for q in (0.5, 0.9, 0.95, 0.99):
-        assert chi_bar_sq_sf(draws[int(q * len(draws))], 36) == pytest.approx(1 - q, abs=0.006)
-
-
-def test_the_lean_test_keeps_its_level_on_independent_t_scores_and_finds_six_leaning():
-    rng = random.Random(12)
-    df = 6.0
-
-    def t_draw(shift: float = 0.0) -> float:
-        return rng.gauss(shift, 1) / math.sqrt(rng.gammavariate(df / 2, 2) / df)
-
-    trials = 2000
-    null = sum(
-        lean_p_value([t_draw() for _ in range(36)], [df] * 36) <= 0.05 for _ in range(trials)
-    )
-    assert 0.05 - 0.02 <= null / trials <= _binomial_upper(0.05, trials)
-    leaning = [[t_draw(3.0) for _ in range(6)] + [t_draw() for _ in range(30)] for _ in range(200)]
-    found = sum(lean_p_value(z, [df] * 36) <= 0.05 for z in leaning)
-    assert found / 200 >= 0.95
-
-
-def test_normal_scores_keep_the_tail_probability_and_stay_finite():
-    assert normal_score(1.5, math.inf) == 1.5
-    assert normal_score(2.0, 5.0) == pytest.approx(1.6355, abs=1e-3)
-    assert math.isfinite(normal_score(1e6, 3.0))
-    assert math.isfinite(normal_score(-1e6, 3.0))
 
 
 def _suite(rng: random.Random, shift: float, m: int = 36, run_sd: float = 0.01):

@@ -16,13 +16,14 @@ import pytest
 
 from reports.ab import exact_values
 from reports.analysis.accuracy import accuracy_flags, cell_accuracy, is_quantized, quant_mode
+from reports.analysis.exact import judge_exact
 from reports.analysis.metrics import (
     is_accuracy_metric,
     is_exact_metric,
     is_timed_metric,
     metric_values,
 )
-from reports.analysis.series import AnalysisConfig, MetricSeries, judge_exact
+from reports.analysis.series import AnalysisConfig, MetricSeries
 from reports.cli import main as reports_main
 from reports.history.runfile import BenchmarkResult
 from reports.render.quant import (

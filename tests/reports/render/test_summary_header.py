@@ -9,9 +9,10 @@ import itertools
 from dataclasses import replace
 
 from reports.analysis.accuracy import Accuracy
+from reports.analysis.attribution import Attribution
 from reports.analysis.consistency import ConsistencyRow
 from reports.analysis.flags import Drift, DriftRow
-from reports.analysis.judge import Lean
+from reports.analysis.lean import Lean
 from reports.analysis.series import AnalysisConfig, Verdict
 from reports.analysis.shift import SuiteShift
 from reports.history.load import History, Run
@@ -32,10 +33,23 @@ BULLETS: dict[str, tuple[dict[str, object], str]] = {
     ),
     "busy": ({"busy_cpu_pct": 44.0}, "- :hourglass: **Busy machine**"),
     "shift": (
-        {"shift": SuiteShift(0.1, 0.01, 0.0001, 0.0001, 12, True, 1.08, 1.13)},
-        "- :left_right_arrow: **Whole-run shift**",
+        {
+            "shift": Attribution(
+                "m",
+                SuiteShift(0.1, 0.01, 0.0001, 0.0001, 12, True, 1.08, 1.13),
+                None,
+                "common",
+                0.0001,
+                20.0,
+                0.0,
+            )
+        },
+        "- :left_right_arrow: **Machine or code**",
     ),
-    "lean": ({"lean": Lean("m", 0.001, 12, (SLOW,))}, "- :scales: **Leaning to a slowdown**"),
+    "lean": (
+        {"lean": Lean("m", 0.001, 12, (SLOW,), runs=20)},
+        "- :scales: **Leaning to a slowdown**",
+    ),
     "pooled": (
         {"earlier": (EarlierRun("2026-12-01T12:00:00", "fail", 3),)},
         "- :repeat: **Pooled**",
