@@ -26,14 +26,15 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-import aiohttp
+from typing import TYPE_CHECKING, Any
 
 from benchmarks.harness.errors import ServeError
 from benchmarks.harness.serve.arrivals import arrival_offsets
 from benchmarks.harness.serve.metrics import Chunk, RequestRecord
 from benchmarks.harness.serve.sse import SseParser
+
+if TYPE_CHECKING:
+    import aiohttp
 
 APIS = ("completions", "chat")
 PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
@@ -172,6 +173,8 @@ async def request_once(
     timeout_s: float,
 ) -> RequestRecord:
     """Send request `index` now and record its stream (module docstring); never raises."""
+    import aiohttp  # noqa: PLC0415 - the `serve` group is optional; `pytest benchmarks` imports us
+
     body = request_body(spec, spec.prompts[index])
     stream = _Stream(spec.continuous_usage)
     sent_s = clock()
@@ -225,6 +228,8 @@ async def run_pass(spec: LoadSpec, offsets: Sequence[float] | None = None) -> Pa
     def clock() -> float:
         return time.perf_counter() - start
 
+    import aiohttp  # noqa: PLC0415 - optional group (request_once)
+
     slots = asyncio.Semaphore(spec.max_concurrency) if spec.max_concurrency else None
     # The connector's own default cap (100 connections) would be a second, silent concurrency
     # limit: the pass's only limit is `max_concurrency`.
@@ -262,6 +267,8 @@ def run_load(spec: LoadSpec, offsets: Sequence[float] | None = None) -> PassResu
 
 
 async def _models(base_url: str, timeout_s: float) -> list[str]:
+    import aiohttp  # noqa: PLC0415 - optional group (request_once)
+
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     async with (
         aiohttp.ClientSession(timeout=timeout) as session,

@@ -30,7 +30,7 @@ from typing import Any
 
 from aiohttp import web
 
-MODEL_ID = "phasebench-fake"
+from benchmarks.harness.serve.launcher import FAKE_MODEL_ID as MODEL_ID
 
 
 @dataclass(frozen=True)

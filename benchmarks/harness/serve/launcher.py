@@ -112,6 +112,10 @@ def vllm_command(
     return ServerCommand(tuple(argv), OFFLINE_ENV, "vllm serve")
 
 
+# The one model the fake server lists (here, not in `fake`, which needs aiohttp to import).
+FAKE_MODEL_ID = "phasebench-fake"
+
+
 def fake_command(args: Sequence[str] = (), python: str = sys.executable) -> ServerCommand:
     """The scripted fake server (`fake`) with its options."""
     argv = [python, "-m", "benchmarks.harness.serve.fake", "--port", "{port}", *args]

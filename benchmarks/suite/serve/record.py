@@ -30,8 +30,7 @@ from benchmarks.harness.matrix.cells import Cell
 from benchmarks.harness.model.models import MODELS_DIR, load_model_spec
 from benchmarks.harness.records import median
 from benchmarks.harness.serve.client import LoadSpec, PassResult, run_load
-from benchmarks.harness.serve.fake import MODEL_ID
-from benchmarks.harness.serve.launcher import Server, fake_command
+from benchmarks.harness.serve.launcher import FAKE_MODEL_ID, Server, fake_command
 from benchmarks.harness.serve.metrics import Slo, calculate_metrics
 from benchmarks.harness.serve.modeldir import prompt_text, vocab_size
 from benchmarks.suite.configure import models_dir_option
@@ -239,8 +238,9 @@ def client_overhead(pytestconfig: pytest.Config, progress: Progress) -> dict[str
     log = log_dir(pytestconfig) / "client-overhead-fake.log"
     progress(f"client overhead: the fake server at rate {rate:g}, cap {cap}, {prompts} prompts")
     with Server(fake_command(script), log, ready_timeout_s=60) as fake:
+        prompt_texts = tuple(" ".join(["w1"] * prompt_len) for _ in range(prompts))
         spec = LoadSpec(
-            fake.base_url, MODEL_ID, tuple(" ".join(["w1"] * prompt_len) for _ in range(prompts)),
+            fake.base_url, FAKE_MODEL_ID, prompt_texts,
             new_tokens, request_rate=rate, max_concurrency=cap, seed=0,
         )  # fmt: skip
         run_load(spec)  # warm: the first pass opens connections and imports
