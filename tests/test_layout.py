@@ -40,6 +40,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ),
     ("benchmarks.harness.roofline", "benchmarks.harness.matrix", "reports.ab", "reports.cli"),
     ("benchmarks.harness.engine", "reports.scenarios"),
+    # kvquant: quantized KV caches (backends, bytes, the CLI's measured timeline on the engine).
+    ("benchmarks.harness.kvquant",),
     (
         "benchmarks.harness.overhead",
         "benchmarks.harness.profiling",

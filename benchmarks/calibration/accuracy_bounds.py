@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.harness.cache.quantized import (
+from benchmarks.harness.kvquant.backends import (
     KV_QUANT,
     kv_quant_unsupported_reason,
     make_quantized_cache,

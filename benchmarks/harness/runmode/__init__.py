@@ -6,5 +6,5 @@ Owns `decide` (what this machine can run, building a cell's model, the engine's 
 
 May import: benchmarks.harness.errors, benchmarks.harness.device, benchmarks.harness.model,
 benchmarks.harness.cache, benchmarks.harness.quant, benchmarks.harness.matrix,
-benchmarks.harness.engine, torch, transformers, packaging.
+benchmarks.harness.engine, benchmarks.harness.kvquant, torch, transformers, packaging.
 """

@@ -6,7 +6,7 @@
   a model type that does not support the kernel or a static cache, `reduce-overhead` without
   CUDA, CUDA graphs (`reduce-overhead`, `max-autotune` on CUDA) without a static cache,
   torch.compile on a CPU without a C++ compiler, a `kv_quant` backend this transformers or
-  machine lacks or a group size that cannot divide the cached tensors (`cache.quantized`).
+  machine lacks or a group size that cannot divide the cached tensors (`kvquant.backends`).
 * `build_cell_model(spec, cell, device, dtype)`: the model built with the cell's
   `attn_implementation`, wrapped by `torch.compile` in the cell's mode (`compiled`).
 * `configure_engine(engine, cell)`: the engine's start cache for this cell (one early-allocated
@@ -34,13 +34,13 @@ import transformers
 from packaging.version import Version
 
 from benchmarks.harness.cache import static as kv_static
-from benchmarks.harness.cache.quantized import (
+from benchmarks.harness.kvquant.backends import (
     KV_QUANT,
     kv_quant_shape_reason,
     kv_quant_unsupported_reason,
     make_quantized_cache,
 )
-from benchmarks.harness.cache.quantobuild import ensure_quanto_built
+from benchmarks.harness.kvquant.quantobuild import ensure_quanto_built
 from benchmarks.harness.matrix.cells import Cell
 from benchmarks.harness.model.models import MODELS_DIR, ModelSpec, build_model, load_model_spec
 from benchmarks.harness.quant.methods import apply_quant

@@ -3,7 +3,7 @@
 * `analytic_layout(cell, config, dtype=..., seq_len=...)`: the `kv.KVLayout` this cell's cache
   holds after `seq_len` cached positions: the dynamic layout (`kv.analytic_kv`), for a static
   cell the static cache's allocated tensors, for a quantized-KV cell the quantized cache's
-  stored tensors after `seq_len - prompt_len` decode steps (`quantized_kv`). Its `total_bytes`
+  stored tensors after `seq_len - prompt_len` decode steps (`kvquant.kvbytes`). Its `total_bytes`
   is what `measure.measure_kv(cache).logical_bytes` must read (`expected_logical_bytes`).
 * `kv_quant_fields(cell, config, dtype, context_len)`: a quantized-KV cell's packed bytes per
   cached position and the estimated bytes a decode step at `context_len` reads (nothing for
@@ -29,7 +29,7 @@ import torch
 import transformers
 
 from benchmarks.harness.cache.kv import KVLayout, LayerKV, analytic_kv
-from benchmarks.harness.cache.quantized_kv import (
+from benchmarks.harness.kvquant.kvbytes import (
     analytic_quantized_kv,
     kv_dequant_read_bytes_estimate,
     quantized_kv_bytes_per_token,

@@ -67,7 +67,7 @@ def test_a_broken_path_is_flagged():
 
 def test_a_quantized_cache_shows_in_the_decode_steps_not_the_prefill():
     pytest.importorskip("hqq")
-    from benchmarks.harness.cache.quantized import (  # noqa: PLC0415
+    from benchmarks.harness.kvquant.backends import (  # noqa: PLC0415
         kv_quant_unsupported_reason,
         make_quantized_cache,
     )

@@ -16,9 +16,9 @@ import importlib.util
 import pytest
 import torch
 
-from benchmarks.harness.cache import quantized
+from benchmarks.harness.kvquant import backends as quantized
 from benchmarks.harness.cache.measure import measure_kv
-from benchmarks.harness.cache.quantized import (
+from benchmarks.harness.kvquant.backends import (
     KV_QUANT,
     kv_quant_unsupported_reason,
     layered_api,

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.harness.cache import quantobuild
-from benchmarks.harness.cache.quantobuild import (
+from benchmarks.harness.kvquant import quantobuild
+from benchmarks.harness.kvquant.quantobuild import (
     LOCK_NAME,
     ensure_quanto_built,
     lock_holders,
