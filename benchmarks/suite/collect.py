@@ -105,11 +105,28 @@ def _skip_reason(config: pytest.Config, cell: Cell, models_dir: Path | None) -> 
             )
             # H4: a dtype this CPU only emulates (dtypespeed.py) is skipped with its measured
             # ratio unless --allow-slow-dtypes; probed once per dtype, only for cells that run.
-            if known[cell.id] is None and not config.getoption("allow_slow_dtypes"):
+            # A quantization comparison is exempt (`slow_dtype_exempt`).
+            if (
+                known[cell.id] is None
+                and not config.getoption("allow_slow_dtypes")
+                and not slow_dtype_exempt(cell)
+            ):
                 known[cell.id] = slow_dtype_reason(cell.device, cell.dtype)
         except PhasebenchError as error:
             raise pytest.UsageError(f"{matrix_path(config)}: cell {cell.id}: {error}") from None
     return known[cell.id]
+
+
+def slow_dtype_exempt(cell: Cell) -> bool:
+    """Whether a cell runs in a dtype this CPU only emulates anyway: the cells of a matrix that
+    names `quant` or `kv_quant`, the dense one (`none`) included.
+
+    Their kernels are not F.linear's: PyTorch's CPU int4 kernel is vectorized for bfloat16 on
+    AVX2 as on AVX-512 (and only for bfloat16: `quant.methods.quant_timing_reason`), and the
+    ratio to the dense cell needs the dense cell in the same dtype. The machine's slow dtypes
+    are still recorded (`machine_info.phasebench.slow_dtypes`) beside the figures.
+    """
+    return cell.quant is not None or cell.kv_quant is not None
 
 
 def _engine_reason(cell: Cell, models_dir: Path | None) -> str | None:

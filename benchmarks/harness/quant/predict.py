@@ -13,7 +13,9 @@ element size, bias N * e where present):
 * `int4wo-gG`, CUDA (tinygemm tile packing, bfloat16): N'*K'/2 + (K'/G)*N'*2*2 with
   N' = N rounded up to 8 and K' = K rounded up to 1024 (torchao pads both); K % G == 0 as above;
 * `nf4`: ceil(N*K/2) + 4*ceil(N*K/64) (fp32 absmax per block of 64) + 64 (the 16-entry fp32
-  code each layer keeps);
+  code each layer keeps); on a CPU where bitsandbytes repacks for its AVX-512 BF16 kernel
+  (`methods.nf4_cpu_packed`), the absmax is bfloat16: ceil(N*K/2) + 2*ceil(N*K/64) + 64, and a
+  Linear with N % 32 != 0 or K % 64 != 0 stays dense (the repack refuses it);
 * `bnb8`: N*K + 4*N (fp32 row scales).
 
 Every other parameter (embeddings, norms, the LM head, a Linear left dense) is numel * e, a
@@ -35,12 +37,13 @@ import torch
 from torch import nn
 
 from benchmarks.harness.quant.methods import (
-    CPU_INT4_N_MULTIPLE,
+    NF4_BLOCK,
+    left_dense_reason,
     method,
+    nf4_cpu_packed,
     output_linear,
 )
 
-NF4_BLOCK = 64
 NF4_CODE_BYTES = 16 * 4
 CUDA_INT4_K_MULTIPLE = 1024
 CUDA_INT4_N_MULTIPLE = 8
@@ -98,13 +101,19 @@ def quantized_weight_bytes(
     group = method(name).group_size
     if group is not None:
         return _int4_bytes(n, k, group, element_bytes=element_bytes, device_type=device_type)
+    dense_because = left_dense_reason(name, n, k, device_type)
+    if dense_because is not None:
+        return None, dense_because
     if name in ("int8wo", "int8dq"):
         return n * k + 4 * n + n, ""
     if name in ("fp8wo", "fp8dq", "bnb8"):
         return n * k + 4 * n, ""
     if name == "nf4":
         elements = n * k
-        return math.ceil(elements / 2) + 4 * math.ceil(elements / NF4_BLOCK) + NF4_CODE_BYTES, ""
+        # The CPU repack keeps each block's absmax in bfloat16 (`methods.nf4_cpu_packed`).
+        absmax_bytes = 2 if device_type == "cpu" and nf4_cpu_packed() else 4
+        blocks = math.ceil(elements / NF4_BLOCK)
+        return math.ceil(elements / 2) + absmax_bytes * blocks + NF4_CODE_BYTES, ""
     return None, "not quantized"
 
 
@@ -117,8 +126,9 @@ def _int4_bytes(
         n_pad = _ceil_to(n, CUDA_INT4_N_MULTIPLE)
         k_pad = _ceil_to(k, CUDA_INT4_K_MULTIPLE)
         return n_pad * k_pad // 2 + (k_pad // group) * n_pad * 2 * 2, ""
-    if n % CPU_INT4_N_MULTIPLE:
-        return None, f"N={n} is not a multiple of {CPU_INT4_N_MULTIPLE} (CPU int4 packing)"
+    dense_because = left_dense_reason(f"int4wo-g{group}", n, k, device_type)
+    if dense_because is not None:
+        return None, dense_because
     return n * k // 2 + (k // group) * n * 2 * element_bytes, ""
 
 

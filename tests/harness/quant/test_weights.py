@@ -9,14 +9,12 @@ both transformers versions `nox -s tests` installs.
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 from torch import nn
 
 from benchmarks.harness.model.models import ModelSpec, build_meta_model, build_model
-from benchmarks.harness.quant.methods import apply_quant, quant_skip_reason
+from benchmarks.harness.quant.methods import apply_quant, quant_skip_reason, quant_timing_reason
 from benchmarks.harness.quant.names import METHODS
 from benchmarks.harness.quant.predict import predict_weights, quantized_weight_bytes
 from benchmarks.harness.quant.stored import stored_weights
@@ -61,6 +59,10 @@ def test_stored_bytes_equal_the_prediction(method, dtype):
     prediction = predict_weights(
         build_meta_model(spec, dtype), method, dtype=dtype, device_type="cpu"
     )
+    # Counted as the suite times it: in eval mode, after a forward (a bitsandbytes 4-bit layer
+    # repacks its weight at its first eval forward on an AVX-512 BF16 CPU).
+    with torch.inference_mode():
+        model.eval()(input_ids=torch.tensor([[1, 2, 3]]))
     stored = stored_weights(model, dtype)
     assert stored.stored_bytes == prediction.total_bytes
     dense = sum(
@@ -88,21 +90,55 @@ def test_layers_left_dense_are_named_with_the_reason():
     assert "q_proj" not in reasons  # K = 64: quantized
 
 
-def test_formulas_by_hand():
-    # One [96, 256] weight in bfloat16 (e = 2).
-    assert quantized_weight_bytes("int8wo", 96, 256, element_bytes=2, device_type="cpu")[0] == (
-        96 * 256 + 4 * 96 + 96
+@pytest.mark.parametrize(("n", "k", "group"), [(90, 256, 128), (96, 1024, 64), (4100, 3008, 32)])
+def test_the_cuda_int4_prediction_is_torchaos_own_layout(monkeypatch, n, k, group):
+    """The CUDA tinygemm layout, built by torchao's own `from_hp` on the meta device (shapes
+    only: no GPU needed; its capability check is told sm80): the prediction must equal what it
+    stores, padding of N to 8 and K to 1024 included."""
+    pytest.importorskip("torchao")
+    from torchao.quantization.quantize_.workflows.int4 import (  # noqa: PLC0415
+        int4_tile_packed_to_4d_tensor as tile,
     )
-    assert quantized_weight_bytes("int4wo-g32", 96, 256, element_bytes=2, device_type="cpu")[0] == (
-        96 * 128 + 8 * 96 * 2 * 2
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *_: (8, 0))
+    weight = torch.empty(n, k, device="meta", dtype=torch.bfloat16)
+    packed = tile.Int4TilePackedTo4dTensor.from_hp(weight, [1, group])
+    linear = nn.Linear(k, n, bias=False, device="meta", dtype=torch.bfloat16)
+    linear.weight = nn.Parameter(packed, requires_grad=False)
+    stored = stored_weights(nn.Sequential(linear)).stored_bytes
+    predicted, reason = quantized_weight_bytes(
+        f"int4wo-g{group}", n, k, element_bytes=2, device_type="cuda"
     )
-    assert quantized_weight_bytes("nf4", 96, 256, element_bytes=2, device_type="cpu")[0] == (
-        96 * 128 + 4 * math.ceil(96 * 256 / 64) + 64
+    assert (predicted, reason) == (stored, "")
+
+
+@pytest.mark.parametrize("method", ["nf4", "bnb8"])
+def test_bitsandbytes_layers_run_in_the_models_mode(method):
+    """A replaced Linear takes the model's eval mode (bitsandbytes' training path is 2.6x
+    slower at decode), and its weight is already in the layout the kernel uses."""
+    _needs(method)
+    model = apply_quant(
+        build_model(_spec(intermediate=128), torch.device("cpu"), torch.float32),
+        method,
+        torch.device("cpu"),
     )
-    # CUDA's tinygemm packing pads K to 1024 and N to 8.
-    assert quantized_weight_bytes("int4wo-g128", 90, 256, element_bytes=2, device_type="cuda")[
-        0
-    ] == (96 * 1024 // 2 + (1024 // 128) * 96 * 2 * 2)
+    assert not [name for name, m in model.named_modules() if m.training]
+    before = stored_weights(model).stored_bytes
+    with torch.inference_mode():
+        model(input_ids=torch.tensor([[1, 2, 3]]))
+    assert stored_weights(model).stored_bytes == before  # no repack left for the first round
+
+
+def test_cpu_int4_outside_bfloat16_is_not_timed():
+    pytest.importorskip("torchao")
+    for dtype in (torch.float32, torch.float16):
+        reason = quant_timing_reason("int4wo-g64", "cpu", dtype)
+        assert reason is not None
+        assert "bfloat16 activations only" in reason
+    assert quant_timing_reason("int4wo-g64", "cpu", torch.bfloat16) is None
+    assert quant_timing_reason("int8wo", "cpu", torch.float32) is None
+    # The byte check (the `kv` CLI) still runs it: it can run, it is only not timed.
+    assert quant_skip_reason("int4wo-g64", "cpu", torch.float32) is None
 
 
 def test_dense_model_bytes_are_todays_parameter_bytes():
