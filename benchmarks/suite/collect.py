@@ -27,6 +27,7 @@ from benchmarks.harness.plan import build_order, skip_reason
 from benchmarks.harness.roofline.dtypespeed import slow_dtype_reason
 from benchmarks.harness.runmode.decide import measurement_skip_reason
 from benchmarks.suite.configure import SHARD_IDS, models_dir_option
+from benchmarks.suite.groups import group_ranks
 from benchmarks.suite.rounds import MATRIX
 from benchmarks.suite.tp.cells import measurement_reason, tp_cell_reason
 
@@ -36,7 +37,10 @@ MODULE_ORDER = {
     "test_generate": 2,
     "test_kv_cache": 3,
     "test_overhead": 4,
+    "test_interleaved": 5,
 }
+# Modules whose items run after the last cell of their comparison group (`groups.group_ranks`).
+GROUP_MODULES = frozenset({"test_interleaved"})
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -54,6 +58,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     # reason on every cell, so the run says what it did not measure.
     measurement = getattr(metafunc.module, "MEASUREMENT", None)
     left_out = measurement is not None and measurement not in matrix.measurements
+    # A module may name its own per-cell reason, `cell_reason(matrix, cell, reasons)`.
+    module_reason = getattr(metafunc.module, "cell_reason", None)
     # A tensor-parallel test (it takes `tp_run`) gets the tp > 1 cells only, and the single-
     # device test of its module (the module names it as `TP_TEST`) the others; a module without
     # one gets every cell, a tp > 1 cell skipped with its reason. `pytest_collection_modifyitems`
@@ -76,6 +82,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             reason = f"{matrix.path.name} does not list `{measurement}` under measurements"
         if reason is None:  # e.g. HF-generate comparisons of static/compiled cells
             reason = measurement_skip_reason(cell, measurement)
+        if reason is None and module_reason is not None:  # e.g. test_interleaved's groups
+            reason = module_reason(matrix, cell, reasons)
         if reason is None and once and first_of_build[cell.build_key] != cell.id:
             first = first_of_build[cell.build_key]
             reason = f"{metafunc.module.__name__} runs once per model, device and dtype: on {first}"
@@ -89,6 +97,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 _SKIPS = pytest.StashKey["dict[str, str | None]"]()
+
+
+def skip_reasons(config: pytest.Config) -> dict[str, str | None]:
+    """Every cell's collection-time reason (None: it runs here), by cell id."""
+    return config.stash.setdefault(_SKIPS, {})
 
 
 def _skip_reason(config: pytest.Config, cell: Cell, models_dir: Path | None) -> str | None:
@@ -156,11 +169,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             config.hook.pytest_deselected(items=drop)
         items[:] = keep
     rank = build_order(matrix.cells)
+    last_of_group = group_ranks(matrix.cells, rank)
     # Stable sort: one (model, device, dtype) together, then cell by cell, then the measurements
-    # in the order a reader expects (prefill, decode, generate, kv).
+    # in the order a reader expects (prefill, decode, generate, kv); an interleaved group's
+    # items after its last cell, together.
     items.sort(
         key=lambda item: (
-            rank.get(_cell_id(item) or "", (-1, -1)),
+            (last_of_group if item.path.stem in GROUP_MODULES else rank).get(
+                _cell_id(item) or "", (-1, -1)
+            ),
             MODULE_ORDER.get(item.path.stem, len(MODULE_ORDER)),
         )
     )

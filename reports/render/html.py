@@ -170,6 +170,10 @@ def environment(markdown: bool) -> jinja2.Environment:
         quant_ratio=quant.ratio_text,
         quant_figure=quant.figure_text,
         quant_accuracy=quant.accuracy_cells,
+        quant_row_ratio=quant.row_ratio_text,
+        quant_left_dense=quant.left_dense_lines,
+        quant_sqnr_rows=quant.sqnr_rows,
+        quant_sqnr_detail=quant.sqnr_detail,
         tp_cell=tp.cell_text,
         tp_ranks=tp.rank_text,
     )

@@ -18,6 +18,8 @@ import torch
 import transformers
 
 from benchmarks.harness.cache.measure import measure_kv
+from benchmarks.harness.engine import Engine, make_prompt
+from benchmarks.harness.errors import KVError
 from benchmarks.harness.kvquant.backends import (
     kv_quant_shape_reason,
     kv_quant_unsupported_reason,
@@ -28,8 +30,6 @@ from benchmarks.harness.kvquant.kvbytes import (
     quantized_kv_layers,
 )
 from benchmarks.harness.kvquant.quantobuild import ensure_quanto_built
-from benchmarks.harness.engine import Engine, make_prompt
-from benchmarks.harness.errors import KVError
 from benchmarks.harness.model.models import ModelSpec, build_model
 from benchmarks.harness.quant.methods import apply_quant
 from benchmarks.harness.quant.weights_cli import weights_measured

@@ -2,37 +2,54 @@
 
 A faster cell that computes something else is no win. Before a model's weights are quantized, the
 suite runs the dense model once per quantized cell's prompt (`reference_outputs`, untimed): the
-logits of the prompt's last position and the N greedy tokens. The quantized cell then runs
-*teacher-forced* on those tokens (`measure_accuracy`, untimed): its prefill on the same prompt,
-then one decode step per reference token, with the cell's own cache (a quantized KV cache
-included). Recorded:
+logits of the prompt's last position, the N greedy tokens, every decoder Linear's input and
+output at the prefill (`sqnr.capture_linears`) and, for a quantized KV cache, the K/V each layer's
+attention reads at the first decode step (`sqnr.capture_kv`). Right after quantizing (untimed,
+once per cell, where the model is built: `modelcache`), the quantized model runs each Linear on
+its own captured input, and *teacher-forced* on the reference tokens (`measure_accuracy`): its
+prefill on the same prompt, then one decode step per reference token, with the cell's own cache
+(a quantized KV cache included). Recorded (`Accuracy.fields`):
 
-* `accuracy_max_abs_logit_delta`: max |logit - reference logit| over the batch, the vocabulary
-  and the first `LOGIT_POSITIONS` generated positions (the prefill's and the first decode
-  steps': a quantized KV cache changes nothing in the prefill's own logits, which attend to the
-  unquantized K/V, only the steps that read it back); logits are unitless;
-* `accuracy_top1_agreement_ratio`: the fraction of the N positions whose argmax equals the
-  reference token (teacher forcing: one early disagreement does not derail the rest);
-* the bounds (`ACCURACY_BOUNDS`): per method, a multiple of the reference logits' standard
-  deviation (over the kept positions), and a least agreement; `accuracy_flag` is true when
-  either is crossed.
+* `quant_sqnr_db_min`: the lowest SQNR in dB (`sqnr`) over every quantized Linear (on the cell's
+  own inputs, against the dense outputs) and, for a quantized cache, every layer's K and V as the
+  attention reads them back; `quant_sqnr_db` per kind and layer; the method's bound
+  (`SQNR_BOUNDS_DB`) for the weights and the cache apart. This is the check that fails a broken
+  path at every bit width (a scale applied twice reads 0 dB);
+* `quant_logits_kl`: the mean KL divergence (nats) of the next-token distributions from the
+  dense ones over the first `LOGIT_POSITIONS` generated positions, `quant_logits_kl_max` the
+  largest;
+* `accuracy_max_abs_logit_delta` (unitless logits, over the same positions; the prefill's own
+  logits see an unquantized K/V, so a quantized cache shows in the steps that read it back) and
+  `accuracy_top1_agreement_ratio` (teacher-forced top-1 agreement over the N tokens), each with
+  its bound (`ACCURACY_BOUNDS`);
+* `accuracy_flag`: true when any bound is crossed.
 
-The bounds were measured on this project's random-weight models (docs/quantization.md, "Accuracy
-bounds"): random weights give nearly flat logits, where an argmax flips at the slightest
-change, so the agreement bounds are loose on purpose and a flag means a broken path (a kernel
-computing garbage, a scale applied twice), not a slightly lossy one.
+The logit bounds were measured on this project's random-weight models (docs/quantization.md):
+random weights give nearly flat logits, where an argmax flips at the slightest change, so they
+are loose and the 4- and 2-bit agreement bounds are 0; the SQNR bounds are what can fail there.
 
 It deliberately does not time anything.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from contextlib import nullcontext
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from benchmarks.harness.model import compat
+from benchmarks.harness.quant.sqnr import (
+    SQNR_TOKENS,
+    KVCapture,
+    LinearCapture,
+    by_kind,
+    capture_kv,
+    capture_linears,
+    kv_sqnr_db,
+    linear_sqnr_db,
+)
 
 
 @dataclass(frozen=True)
@@ -67,6 +84,31 @@ ACCURACY_BOUNDS: dict[str, Bound] = {
     "quanto4": Bound(3.4, 0.15),  # 2.228, 0.333
 }
 
+# The least SQNR in dB a method's quantized tensors may show (per Linear on its own inputs; per
+# K or V layer as the attention reads it): the field's practice (int8 / fp8 at 30 dB and more,
+# 4-bit at 15 and more; torchao's own tests assert 20 dB), tuned from measurement (docs/
+# quantization.md, "Accuracy bounds": the least value over the calibration models and seeds,
+# less 6 dB, rounded down to a whole dB, and never above the field's figure). Each bit
+# more buys about 6 dB, so a 6-dB margin is one bit: a path one bit worse than the method is
+# still inside, a broken one (0 dB for a doubled scale) is far outside.
+SQNR_BOUNDS_DB: dict[str, float] = {
+    "int8wo": 30.0,
+    "int8dq": 30.0,
+    "bnb8": 30.0,
+    "fp8wo": 22.0,
+    "fp8dq": 22.0,
+    "int4wo-g32": 15.0,
+    "int4wo-g64": 15.0,
+    "int4wo-g128": 15.0,
+    "nf4": 14.0,
+    "fp8": 22.0,
+    "hqq8": 30.0,
+    "hqq4": 12.0,
+    "quanto4": 12.0,
+    "hqq2": 1.0,
+    "quanto2": 1.0,
+}
+
 
 # Positions whose whole logit vector is kept from the dense run (prefill + 15 steps): enough to
 # see a quantized cache read back, bounded on the host (B x 16 x V float32: 64 MiB for an 8-batch
@@ -77,11 +119,15 @@ LOGIT_POSITIONS = 16
 @dataclass(frozen=True, eq=False)
 class Reference:
     """The dense model's outputs on one prompt: logits `[B, S, V]` of the first S generated
-    positions (S = min(N, LOGIT_POSITIONS)) and the N greedy tokens `[B, N]`."""
+    positions (S = min(N, LOGIT_POSITIONS)), the N greedy tokens `[B, N]`, every decoder
+    Linear's input and output at the prefill, and (when asked for) the K/V each layer's attention
+    read at the first decode step."""
 
     prompt: torch.Tensor  # [B, P] on the host
     logits: torch.Tensor  # float32, on the host
     tokens: torch.Tensor  # [B, N] on the host
+    linears: dict[str, LinearCapture] = field(default_factory=dict)
+    kv: KVCapture | None = None
 
 
 @dataclass(frozen=True)
@@ -93,17 +139,50 @@ class Accuracy:
     tokens: int
     bound_max_abs_logit_delta: float
     bound_top1_agreement_ratio: float
+    logit_delta_by_position: tuple[float, ...] = ()
+    logits_kl: float = 0.0  # mean over batch and kept positions, nats
+    logits_kl_max: float = 0.0
+    # SQNR in dB per quantized tensor ("model.layers.3.mlp.down_proj", "kv.keys.3", ...).
+    sqnr_db: dict[str, float] = field(default_factory=dict)
+    sqnr_bound_weights_db: float | None = None
+    sqnr_bound_kv_db: float | None = None
+
+    def _minimum(self, kv: bool | None) -> tuple[str, float] | None:
+        values = [
+            (name, v)
+            for name, v in self.sqnr_db.items()
+            if kv is None or name.startswith("kv.") == kv
+        ]
+        return min(values, key=lambda item: item[1]) if values else None
+
+    @property
+    def sqnr_db_min(self) -> float | None:
+        """The lowest SQNR over every quantized tensor (None: none was quantized)."""
+        found = self._minimum(None)
+        return None if found is None else found[1]
+
+    @property
+    def sqnr_outside(self) -> bool:
+        """A quantized Linear or K/V layer below its method's SQNR bound."""
+        for kv, bound in ((False, self.sqnr_bound_weights_db), (True, self.sqnr_bound_kv_db)):
+            found = self._minimum(kv)
+            if found is not None and bound is not None and found[1] < bound:
+                return True
+        return False
 
     @property
     def flagged(self) -> bool:
-        """Outside the method's bound on either measure."""
+        """Outside the method's bound on any measure."""
         return (
             self.max_abs_logit_delta > self.bound_max_abs_logit_delta
             or self.top1_agreement_ratio < self.bound_top1_agreement_ratio
+            or self.sqnr_outside
         )
 
     def fields(self) -> dict[str, Any]:
-        """The `accuracy_*` fields of a record (see the module docstring)."""
+        """The `accuracy_*` and `quant_*` accuracy fields of a record (module docstring)."""
+        worst = self._minimum(None)
+        weights, kv = self._minimum(False), self._minimum(True)
         return {
             "accuracy_max_abs_logit_delta": self.max_abs_logit_delta,
             "accuracy_top1_agreement_ratio": self.top1_agreement_ratio,
@@ -112,6 +191,16 @@ class Accuracy:
             "accuracy_bound_top1_agreement_ratio": self.bound_top1_agreement_ratio,
             "accuracy_flag": self.flagged,
             "accuracy_reference": "the same model unquantized, same prompt, teacher-forced",
+            "quant_logits_kl": self.logits_kl,
+            "quant_logits_kl_max": self.logits_kl_max,
+            "quant_sqnr_db_min": None if worst is None else worst[1],
+            "quant_sqnr_db_min_tensor": None if worst is None else worst[0],
+            "quant_sqnr_db_weights_min": None if weights is None else weights[1],
+            "quant_sqnr_db_weights_bound": self.sqnr_bound_weights_db,
+            "quant_sqnr_db_kv_min": None if kv is None else kv[1],
+            "quant_sqnr_db_kv_bound": self.sqnr_bound_kv_db,
+            "quant_sqnr_db": by_kind(self.sqnr_db),
+            "quant_sqnr_tokens": SQNR_TOKENS,
         }
 
 
@@ -128,23 +217,39 @@ def _forward(model: Any, ids: torch.Tensor, cache: Any) -> tuple[torch.Tensor, A
 
 
 def reference_outputs(
-    model: Any, device: torch.device, prompt: torch.Tensor, new_tokens: int
+    model: Any,
+    device: torch.device,
+    prompt: torch.Tensor,
+    new_tokens: int,
+    *,
+    keep_kv: bool = False,
 ) -> Reference:
-    """The dense model's greedy run on the cell's prompt `[B, P]` (on the host; untimed)."""
+    """The dense model's greedy run on the cell's prompt `[B, P]` (on the host; untimed), with
+    every decoder Linear's prefill input and output, and the first decode step's K/V when
+    `keep_kv` (a quantized-KV cell compares its cache against them)."""
     batch = int(prompt.shape[0])
+    linears: dict[str, LinearCapture] = {}
+    kv = KVCapture() if keep_kv else None
     with torch.inference_mode():
-        logits, cache = _forward(model, prompt.to(device), compat.initial_cache(model, batch))
+        with capture_linears(model, linears):
+            logits, cache = _forward(model, prompt.to(device), compat.initial_cache(model, batch))
         kept = [logits.to("cpu")]
         token = logits.argmax(dim=-1, keepdim=True)
         tokens = [token.to("cpu")]
-        for _ in range(1, new_tokens):
-            logits, cache = _forward(model, token, cache)
+        for step in range(1, new_tokens):
+            reading = capture_kv(cache, kv) if kv is not None and step == 1 else nullcontext()
+            with reading:
+                logits, cache = _forward(model, token, cache)
             if len(kept) < LOGIT_POSITIONS:
                 kept.append(logits.to("cpu"))
             token = logits.argmax(dim=-1, keepdim=True)
             tokens.append(token.to("cpu"))
     return Reference(
-        prompt=prompt, logits=torch.stack(kept, dim=1), tokens=torch.cat(tokens, dim=-1)
+        prompt=prompt,
+        logits=torch.stack(kept, dim=1),
+        tokens=torch.cat(tokens, dim=-1),
+        linears=linears,
+        kv=kv,
     )
 
 
@@ -158,36 +263,65 @@ def bound_for(quant: str, kv_quant: str | None) -> Bound:
     )
 
 
+def kl_divergence(reference_logits: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    """KL(p_reference || p) in nats per row of `[..., V]` logits (float64)."""
+    log_p = torch.log_softmax(reference_logits.double(), dim=-1)
+    log_q = torch.log_softmax(logits.double(), dim=-1)
+    return (log_p.exp() * (log_p - log_q)).sum(dim=-1)
+
+
 def measure_accuracy(
     model: Any,
     reference: Reference,
     device: torch.device,
     start_cache: Any,
     bound: Bound,
+    *,
+    quant: str = "none",
+    kv_quant: str | None = None,
 ) -> Accuracy:
-    """The quantized model teacher-forced on `reference` (untimed); `start_cache` is the cache
-    the cell's prefill starts from (None: the model's own)."""
+    """The quantized model against `reference` (untimed): every quantized Linear on its own
+    captured input, then teacher-forced on the reference tokens; `start_cache` is the cache the
+    cell's prefill starts from (None: the model's own). `quant` and `kv_quant` name the methods
+    whose SQNR bounds apply; a quantized cache's K/V are compared at the first decode step when
+    the reference kept them."""
     batch = int(reference.prompt.shape[0])
     tokens = reference.tokens.to(device)
     kept = reference.logits.shape[1]
-    delta = 0.0
+    deltas: list[float] = []
+    kls: list[torch.Tensor] = []
     agreed = 0
+    kv_quantized = kv_quant not in (None, "none")
+    read_back = KVCapture() if kv_quantized and reference.kv is not None else None
+    sqnr = linear_sqnr_db(model, reference.linears, device) if quant != "none" else {}
     with torch.inference_mode():
         if start_cache is None:
             start_cache = compat.initial_cache(model, batch)
         logits, cache = _forward(model, reference.prompt.to(device), start_cache)
         for i in range(tokens.shape[1]):
             if i > 0:  # teacher forcing: feed the dense run's token i - 1
-                logits, cache = _forward(model, tokens[:, i - 1 : i], cache)
+                reading = capture_kv(cache, read_back) if read_back and i == 1 else nullcontext()
+                with reading:
+                    logits, cache = _forward(model, tokens[:, i - 1 : i], cache)
             if i < kept:
-                step = (logits.to("cpu") - reference.logits[:, i, :]).abs().max()
-                delta = max(delta, float(step))
+                host = logits.to("cpu")
+                deltas.append(float((host - reference.logits[:, i, :]).abs().max()))
+                kls.append(kl_divergence(reference.logits[:, i, :], host))
             agreed += int((logits.argmax(dim=-1) == tokens[:, i]).sum())
+    if read_back is not None and reference.kv is not None:
+        sqnr.update(kv_sqnr_db(reference.kv, read_back))
     spread = float(reference.logits.std())
+    kl = torch.stack(kls) if kls else torch.zeros(1)
     return Accuracy(
-        max_abs_logit_delta=delta,
+        max_abs_logit_delta=max(deltas, default=0.0),
         top1_agreement_ratio=agreed / tokens.numel(),
         tokens=int(tokens.shape[1]),
         bound_max_abs_logit_delta=bound.logit_delta_std * spread,
         bound_top1_agreement_ratio=bound.top1_agreement_ratio,
+        logit_delta_by_position=tuple(deltas),
+        logits_kl=max(0.0, float(kl.mean())),
+        logits_kl_max=max(0.0, float(kl.max())),
+        sqnr_db=sqnr,
+        sqnr_bound_weights_db=SQNR_BOUNDS_DB.get(quant),
+        sqnr_bound_kv_db=SQNR_BOUNDS_DB.get(kv_quant or "none"),
     )

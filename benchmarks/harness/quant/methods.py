@@ -131,15 +131,12 @@ def _device_reason(name: str, m: Method, device: torch.device, dtype: torch.dtyp
         return f"quant {name}: {m.library} on MPS is not verified by phasebench"
     if name == "fp8dq" and device.type != "cuda":
         found = cpu_float8_kernel()
-        return (
-            "quant fp8dq: float8 dynamic activation needs a CUDA GPU with sm89+; on a CPU, "
-            + (
-                f"torchao's CPU float8 kernel (torchao::{CPU_FLOAT8_OP}) is not in this torchao "
-                "build (the PyPI wheel ships no CPU kernels), and its reference fallback would "
-                "be timed instead of the method"
-                if not found
-                else f"torchao's torchao::{CPU_FLOAT8_OP} path is not verified by phasebench"
-            )
+        return "quant fp8dq: float8 dynamic activation needs a CUDA GPU with sm89+; on a CPU, " + (
+            f"torchao's CPU float8 kernel (torchao::{CPU_FLOAT8_OP}) is not in this torchao "
+            "build (the PyPI wheel ships no CPU kernels), and its reference fallback would "
+            "be timed instead of the method"
+            if not found
+            else f"torchao's torchao::{CPU_FLOAT8_OP} path is not verified by phasebench"
         )
     if device.type != "cuda" or not (name == "fp8dq" or name.startswith("int4wo")):
         return None
@@ -206,7 +203,9 @@ def left_dense_reason(name: str, n: int, k: int, device_type: str) -> str | None
                 "BF16 CPU packing)"
             )
         if k % NF4_BLOCK:
-            return f"K={k} is not a multiple of the NF4 block {NF4_BLOCK} (bitsandbytes' CPU packing)"
+            return (
+                f"K={k} is not a multiple of the NF4 block {NF4_BLOCK} (bitsandbytes' CPU packing)"
+            )
     return None
 
 
@@ -261,7 +260,7 @@ def _bitsandbytes(
 ) -> None:
     bnb: Any = importlib.import_module("bitsandbytes")
     targets = [(fqn, mod) for fqn, mod in model.named_modules() if keep(mod, fqn)]
-    replaced: list[nn.Module] = []
+    replaced: list[tuple[nn.Module, int]] = []  # (layer, K)
     dtype = targets[0][1].weight.dtype if targets else torch.float32
     for fqn, linear in targets:
         assert isinstance(linear, nn.Linear)
@@ -304,9 +303,9 @@ def _bitsandbytes(
         # in training mode, where bitsandbytes runs its training path: take the model's mode.
         new = new.to(device).train(linear.training)
         setattr(parent, child, new)
-        replaced.append(new)
+        replaced.append((new, linear.in_features))
     # The first forward repacks an eval-mode 4-bit weight on an AVX-512 BF16 CPU: run it here,
     # untimed, so stored bytes and every timed round see the layout the kernel uses.
     with torch.no_grad():
-        for layer in replaced:
-            layer(torch.zeros(1, layer.in_features, dtype=dtype, device=device))
+        for layer, k in replaced:
+            layer(torch.zeros(1, k, dtype=dtype, device=device))

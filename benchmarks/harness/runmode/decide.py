@@ -235,14 +235,19 @@ def build_cell_model(
     cell: Cell,
     device: torch.device,
     dtype: torch.dtype,
+    *,
     before_quant: Callable[[Any], None] | None = None,
+    after_quant: Callable[[Any], None] | None = None,
 ) -> Any:
     """The model of `spec` built with the cell's attention kernel, its weight quantization
-    (`quant.methods`; `before_quant` sees the dense model first) and its compile mode."""
+    (`quant.methods`; `before_quant` sees the dense model first, `after_quant` the quantized one,
+    still eager) and its compile mode."""
     model = build_model(spec, device, dtype, seed=cell.seed, attention=cell.attention)
     if before_quant is not None:
         before_quant(model)
     apply_quant(model, cell.weight_quant, device)
+    if after_quant is not None:
+        after_quant(model)
     compile_model(model, cell.compile)
     return model
 

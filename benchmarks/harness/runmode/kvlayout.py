@@ -29,11 +29,6 @@ import torch
 import transformers
 
 from benchmarks.harness.cache.kv import KVLayout, LayerKV, analytic_kv
-from benchmarks.harness.kvquant.kvbytes import (
-    analytic_quantized_kv,
-    kv_dequant_read_bytes_estimate,
-    quantized_kv_bytes_per_token,
-)
 from benchmarks.harness.cache.static import (
     StaticKV,
     analytic_static_kv,
@@ -43,6 +38,11 @@ from benchmarks.harness.cache.static import (
 )
 from benchmarks.harness.engine import make_prompt
 from benchmarks.harness.errors import KVError
+from benchmarks.harness.kvquant.kvbytes import (
+    analytic_quantized_kv,
+    kv_dequant_read_bytes_estimate,
+    quantized_kv_bytes_per_token,
+)
 from benchmarks.harness.matrix.cells import Cell
 from benchmarks.harness.model import compat
 from benchmarks.harness.model.models import ModelSpec, build_model

@@ -61,10 +61,10 @@ class ReplayTimer:
     ranks' figures bit for bit. More reads than `2 * len(d)` raise: a round nobody measured.
     """
 
-    def __init__(self, durations: Sequence[float]) -> None:
+    def __init__(self, durations: Sequence[float], name: str = REPLAY_TIMER) -> None:
         self.durations = [float(d) for d in durations]
         self.reads = 0
-        self.__name__ = REPLAY_TIMER  # pytest-benchmark saves the timer by name
+        self.__name__ = name  # pytest-benchmark saves the timer by name
 
     def __call__(self) -> float:
         round_index, is_end = divmod(self.reads, 2)
@@ -81,9 +81,10 @@ def _nothing() -> None:
     """The replayed rounds' target: the ranks already ran the timed call."""
 
 
-def replay_rounds(benchmark: Any, durations: Sequence[float]) -> None:
-    """`benchmark.pedantic` over `durations` through a `ReplayTimer` (no warmup: the ranks did)."""
-    benchmark._timer = ReplayTimer(durations)  # read by pedantic's runner at each round
+def replay_rounds(benchmark: Any, durations: Sequence[float], name: str = REPLAY_TIMER) -> None:
+    """`benchmark.pedantic` over `durations` through a `ReplayTimer` (no warmup: the ranks did;
+    the interleaved groups reuse it, `name` saying whose rounds they are)."""
+    benchmark._timer = ReplayTimer(durations, name)  # read by pedantic's runner at each round
     benchmark.pedantic(_nothing, rounds=len(durations), warmup_rounds=0, iterations=1)
 
 

@@ -17,6 +17,7 @@ import transformers
 from packaging.version import Version
 
 from benchmarks.harness.cache.measure import measure_kv
+from benchmarks.harness.errors import KVError
 from benchmarks.harness.kvquant.backends import (
     FP8_KV_SINCE,
     KV_QUANT,
@@ -32,7 +33,6 @@ from benchmarks.harness.kvquant.kvbytes import (
     kv_dequant_read_bytes_estimate,
     quantized_kv_bytes_per_token,
 )
-from benchmarks.harness.errors import KVError
 from benchmarks.harness.model import compat
 from tests.kv_configs import VOCAB, build_tiny, llama, qwen2_sliding
 

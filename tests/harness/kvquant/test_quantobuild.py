@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.harness.errors import KVError
 from benchmarks.harness.kvquant import quantobuild
 from benchmarks.harness.kvquant.quantobuild import (
     LOCK_NAME,
@@ -18,7 +19,6 @@ from benchmarks.harness.kvquant.quantobuild import (
     lock_holders,
     wait_for_lock,
 )
-from benchmarks.harness.errors import KVError
 
 needs_proc = pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs Linux /proc")
 
