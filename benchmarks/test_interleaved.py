@@ -14,8 +14,10 @@ and `prefill_tok_per_s`, or `decode_step_s`, `decode_tok_per_s` and `decode_byte
 (`decode_bytes`, the roofline's compulsory bytes of one step, per second); `interleaved_order`
 (the group's cell ids in timed order), `interleaved_dense_cell_id` and
 `interleaved_dense_rounds_s`, `interleaved_pairs`; the weights' stored bytes and, for a quantized
-cell, its quant and accuracy fields; `decode_top_ops` (the operators one untimed, profiled decode
-step spent its own time in). Peak memory is not recorded here: every variant is resident.
+cell, its quant and accuracy fields; `decode_top_ops` (the operators a few untimed, profiled
+decode steps spent their own time in) and `decode_kernel_note` (whether the kernel the method is
+known for ran, `suite.oplist.kernel_note`). Peak memory is not recorded here: every variant is
+resident.
 """
 
 from __future__ import annotations
@@ -98,7 +100,8 @@ def _record(cell: Cell, group: GroupTiming, progress: Progress, benchmark: Any, 
     if phase == "prefill":
         info["prefill_s"] = middle
         info["prefill_tok_per_s"] = cell.batch * cell.prompt_len / middle
-        info.pop("decode_bytes", None)  # a decode step's figure
+        info.pop("decode_bytes", None)  # a decode step's figures
+        info.pop("decode_kernel_note", None)
     else:
         info["decode_step_s"] = middle
         info["decode_tok_per_s"] = cell.batch / middle

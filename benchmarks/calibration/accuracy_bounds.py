@@ -122,9 +122,11 @@ MARGIN_DB = 6.0  # one bit
 
 
 def sqnr_bound(method: str, least_db: float) -> float:
-    """The SQNR bound the rule gives: the least measured less one bit (6 dB), rounded down to a
-    whole dB, at most the field's figure (30 dB for 8-bit, 15 dB for the 4-bit and 2-bit)."""
-    return min(FIELD_DB.get(method, FOUR_BIT_DB), math.floor(least_db - MARGIN_DB))
+    """The SQNR bound the rule gives: the least measured less one bit (6 dB; half the least
+    where that is smaller, so a 2-bit bound stays above the 0 dB of a doubled scale), rounded
+    down to a whole dB, at most the field's figure (30 dB for 8-bit, 15 dB for 4 and 2 bits)."""
+    margin = min(MARGIN_DB, least_db / 2)
+    return min(FIELD_DB.get(method, FOUR_BIT_DB), math.floor(least_db - margin))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -58,7 +58,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     # reason on every cell, so the run says what it did not measure.
     measurement = getattr(metafunc.module, "MEASUREMENT", None)
     left_out = measurement is not None and measurement not in matrix.measurements
-    # A module may name its own per-cell reason, `cell_reason(matrix, cell, reasons)`.
+    # A module may name its own per-cell reason, `cell_reason(config, cell, reasons)`.
     module_reason = getattr(metafunc.module, "cell_reason", None)
     # A tensor-parallel test (it takes `tp_run`) gets the tp > 1 cells only, and the single-
     # device test of its module (the module names it as `TP_TEST`) the others; a module without
@@ -83,7 +83,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         if reason is None:  # e.g. HF-generate comparisons of static/compiled cells
             reason = measurement_skip_reason(cell, measurement)
         if reason is None and module_reason is not None:  # e.g. test_interleaved's groups
-            reason = module_reason(matrix, cell, reasons)
+            reason = module_reason(config, cell, reasons)
         if reason is None and once and first_of_build[cell.build_key] != cell.id:
             first = first_of_build[cell.build_key]
             reason = f"{metafunc.module.__name__} runs once per model, device and dtype: on {first}"

@@ -1,9 +1,10 @@
 """The interleaved comparison groups of a run (`benchmarks/test_interleaved.py`): which cells,
 in which order, each group timed once.
 
-* `interleaved_reason(matrix, cell, reasons)`: why the interleaved module skips a cell at
+* `interleaved_reason(config, cell, reasons)`: why the interleaved module skips a cell at
   collection (a tensor-parallel cell; a cell alone in its comparison group here: nothing to
-  interleave it with), given every cell's collection-time reason.
+  interleave it with; a group whose variants do not fit in the device's free memory together),
+  given every cell's collection-time reason.
 * `group_ranks(cells, rank)`: the sort key of the interleaved items: after the last cell of
   their group, so the one-model modules have released their model first and a group's
   variants are built side by side once.
@@ -16,23 +17,36 @@ It deliberately does not time (`interleave`) or write records (the test module).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from benchmarks.harness.device.freemem import FreeMemory, free_memory
 from benchmarks.harness.matrix.cells import Cell, Matrix
 from benchmarks.harness.model.models import MODELS_DIR
 from benchmarks.harness.modelcache import ModelCache
+from benchmarks.harness.plan import IGNORE_FIT_ENV, fit_estimate
+from benchmarks.harness.roofline.fit import FitEstimate, fit_reason
 from benchmarks.suite.configure import SHARD_IDS, models_dir_option
 from benchmarks.suite.interleave import GroupTiming, comparison_key, time_group
 from benchmarks.suite.rounds import MATRIX, Progress
 
 
-def interleaved_reason(matrix: Matrix, cell: Cell, reasons: Mapping[str, str | None]) -> str | None:
-    """Why the interleaved module skips `cell` (None: it runs), from every cell's reason."""
+def interleaved_reason(
+    config: pytest.Config,
+    cell: Cell,
+    reasons: Mapping[str, str | None],
+    free: Callable[[str], FreeMemory] = free_memory,
+) -> str | None:
+    """Why the interleaved module skips `cell` (None: it runs), from every cell's reason: a
+    tensor-parallel cell, a cell alone in its group here, or a group whose variants, all held at
+    once, would not fit in the device's free memory (`group_fit_reason`)."""
     if cell.tp_size > 1:
         return "interleaved groups time single-device cells; a tensor-parallel cell is timed alone"
+    matrix: Matrix = config.stash[MATRIX]
     key = comparison_key(cell)
     here = [c for c in matrix.cells if comparison_key(c) == key and reasons.get(c.id) is None]
     if len(here) < 2:
@@ -40,7 +54,48 @@ def interleaved_reason(matrix: Matrix, cell: Cell, reasons: Mapping[str, str | N
             "interleaved: no other cell of its comparison group (the same cell but for quant and "
             "kv_quant) runs here, so there is nothing to time it in turn with"
         )
-    return None
+    return group_fit_reason(here, models_dir_option(config) or MODELS_DIR, free)
+
+
+_GROUP_FIT: dict[tuple[str, ...], str | None] = {}
+
+
+def group_fit_reason(
+    cells: Sequence[Cell], models_dir: Path, free: Callable[[str], FreeMemory] = free_memory
+) -> str | None:
+    """Why a group's variants cannot be held at once in the device's free memory (their
+    weights, once per build, and caches summed, plus the largest activations: the per-cell
+    `plan.fit_estimate`), or None (also when unknown, or with `PHASEBENCH_IGNORE_FIT` set)."""
+    ids = tuple(sorted(c.id for c in cells))
+    if ids not in _GROUP_FIT:
+        _GROUP_FIT[ids] = _group_fit(cells, models_dir, free)
+    return _GROUP_FIT[ids]
+
+
+def _group_fit(
+    cells: Sequence[Cell], models_dir: Path, free: Callable[[str], FreeMemory]
+) -> str | None:
+    if os.environ.get(IGNORE_FIT_ENV, "0") not in ("", "0"):
+        return None
+    try:
+        estimates = {c.id: fit_estimate(c, models_dir) for c in cells}
+    except Exception:
+        return None
+    builds = {c.build_key: estimates[c.id].weights_bytes for c in cells}
+    total = FitEstimate(
+        weights_bytes=sum(builds.values()),
+        cache_bytes=sum(e.cache_bytes or 0 for e in estimates.values()),
+        cache_positions=max(e.cache_positions for e in estimates.values()),
+        batch=max(e.batch for e in estimates.values()),
+        activation_bytes=max((e.activation_bytes or 0) for e in estimates.values()),
+    )
+    found = fit_reason(total, free(cells[0].device), f"{IGNORE_FIT_ENV}=1")
+    if found is None:
+        return None
+    return (
+        f"interleaved: the group's {len(cells)} variants are held at once and {found}; the "
+        "one-model measurements still run each cell"
+    )
 
 
 def group_ranks(

@@ -14,8 +14,9 @@ host did in between moves both. The ratio and its interval come from those pairs
 
 * `comparison_key(cell)`, `is_dense(cell)`: the grouping and the reference.
 * `time_group(cells, ...)`: build each variant (`modelcache.build_loaded`; accuracy measured
-  there when no earlier build of the run measured it), warm it (one untimed generation of N
-  tokens: every shape compiled for a compiled cell; one untimed round of each timed call), then
+  there when no earlier build of the run measured it), warm it (one untimed generation of
+  `WARM_TOKENS`: every shape compiled for a compiled cell; one untimed round of each timed
+  call), then
   `pairs` interleaved rounds inside one `TimedWindow` (a recompilation fails the group) with
   dynamo's recompile limit raised for the group (its variants share one code object: the
   default 8 entries would send the ninth graph to eager, silently), then one profiled decode
@@ -52,7 +53,7 @@ from benchmarks.harness.roofline.traffic import decode_step_bytes
 from benchmarks.harness.runmode.compiled import TimedWindow, cuda_graphs_kept, uses_cuda_graphs
 from benchmarks.harness.runmode.decide import configure_engine
 from benchmarks.harness.runmode.kvlayout import analytic_layout
-from benchmarks.suite.oplist import top_ops
+from benchmarks.suite.oplist import kernel_note, top_ops
 
 #: The fewest interleaved rounds per variant: a ratio's interval from fewer pairs is too wide to
 #: tell 5 % apart on this project's 2-core development host.
@@ -61,6 +62,9 @@ MAX_PAIRS = 200
 #: Entries dynamo may keep per code object while a group runs: two graphs (prefill, decode) per
 #: variant and their guards' variants, with room to spare.
 RECOMPILE_LIMIT_PER_VARIANT = 4
+#: Tokens of a variant's warm-up generation: the timed calls are a prefill and one decode step
+#: at P, and a dynamic cache's length-dependent graph compiles within a few steps.
+WARM_TOKENS = 8
 _GROUP_AXES = ("quant", "kv_quant", *KV_QUANT_SETTINGS)
 
 
@@ -176,9 +180,14 @@ def time_group(
                 _interleaved_rounds(variants, pairs)
                 for variant in variants:
                     compiled = variant.timing.cell.compile not in (None, "none")
-                    variant.timing.top_ops = top_ops(
+                    cell = variant.timing.cell
+                    ops = top_ops(
                         variant.loaded.device, lambda v=variant: _decode_call(v), compiled=compiled
                     )
+                    variant.timing.top_ops = ops
+                    note = kernel_note(cell.weight_quant, variant.loaded.device.type, compiled, ops)
+                    if note is not None:
+                        variant.timing.record["decode_kernel_note"] = note
             except Exception as error:
                 group.error = f"{type(error).__name__}: {error}"
     device = variants[0].loaded.device if variants else None
@@ -204,7 +213,7 @@ def _prepared(
     with torch.inference_mode():
         # Every shape the timed calls use (a compiled cell compiles them here), then one untimed
         # round of each timed call.
-        engine.client_generate(prompt, cell.new_tokens)
+        engine.client_generate(prompt, min(cell.new_tokens, WARM_TOKENS))
         prefill = engine.prefill(prompt)
         variant.snapshot = engine.snapshot(prefill.cache)
         variant.token = prefill.next_token

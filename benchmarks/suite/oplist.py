@@ -12,6 +12,10 @@ A compiled cell's step must show a compiled region ("Torch-Compiled Region" or a
 graph): one that shows none ran eager (dynamo gave up on it: a recompile limit, a graph break at
 the top), and timing it as compiled would mislabel it; `top_ops(..., compiled=True)` raises then.
 
+`kernel_note(method, device_type, compiled, ops)` says whether the kernel a method is known for on
+that device ran (`EXPECTED_KERNELS`), and where the time went when it did not: the record names
+the kernel that ran and why a cell is slower than its method promises.
+
 It deliberately does not time anything that is recorded (the profiler's overhead is in these
 untimed calls only).
 """
@@ -38,6 +42,44 @@ _NOT_KERNELS = (
     "## Call CompiledFxGraph",
     "Torch-Compiled Region",
 )
+
+
+#: (method prefix, device type, compiled) -> the operator that method's fast path runs.
+EXPECTED_KERNELS: dict[tuple[str, str, bool], str] = {
+    ("int8wo", "cpu", True): "aten::_weight_int8pack_mm",  # inductor's int8 weight-only GEMM
+    ("int4wo", "cpu", False): "aten::_weight_int4pack_mm_for_cpu",
+    ("int4wo", "cpu", True): "aten::_weight_int4pack_mm_for_cpu",
+    ("int4wo", "cuda", False): "aten::_weight_int4pack_mm",  # tinygemm
+    ("int4wo", "cuda", True): "aten::_weight_int4pack_mm",
+    ("nf4", "cpu", False): "bitsandbytes::gemv_4bit",
+}
+#: What an eager int8wo step does instead (torchao's Int8Tensor weight-only linear).
+_EAGER_INT8 = (
+    "eager int8wo converts the whole int8 weight to the activation dtype in every call "
+    "(aten::_to_copy) before a dense aten::mm; compiled, inductor fuses it into "
+    "aten::_weight_int8pack_mm"
+)
+
+
+def kernel_note(
+    method: str, device_type: str, compiled: bool, ops: list[dict[str, Any]]
+) -> str | None:
+    """Whether the kernel `method` is known for on this device ran in the profiled step (and
+    its share), or which operators took the time instead; None for a method without one."""
+    if method == "int8wo" and device_type == "cpu" and not compiled:
+        return _EAGER_INT8
+    expected = next(
+        (op for (m, d, c), op in EXPECTED_KERNELS.items()
+         if method.startswith(m) and d == device_type and c == compiled),
+        None,
+    )  # fmt: skip
+    if expected is None:
+        return None
+    found = next((o for o in ops if o["op"] == expected), None)
+    if found is not None:
+        return f"{expected} ran: {found['self_share']:.0%} of the step's own time"
+    top = ", ".join(f"{o['op']} {o['self_share']:.0%}" for o in ops[:3]) or "nothing recorded"
+    return f"{expected} is not among the step's top operators ({top})"
 
 
 class RanEagerError(PhasebenchError, AssertionError):

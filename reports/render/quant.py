@@ -61,7 +61,7 @@ _SETTING_PREFIX = {"kv_group_size": "g", "kv_residual": "r"}
 _GROUP_ORDER = ("model", "device", "dtype", "batch", "prompt_len", "new_tokens")
 _AXIS_ORDER = {
     "quant": ("none", "int8wo", "int8dq", "int4wo-g32", "int4wo-g64", "int4wo-g128", "fp8wo",
-              "fp8dq", "nf4", "bnb8"),
+              "fp8dq", "nf4", "bnb8", "gemlite4-g64", "gemlite8"),
     "kv_quant": ("none", "fp8", "hqq2", "hqq4", "hqq8", "quanto2", "quanto4"),
 }  # fmt: skip
 _MEASUREMENT_ORDER = ("interleaved_prefill", "interleaved_decode", "prefill", "decode", "generate")

@@ -169,7 +169,8 @@ def _measurements(raw: Any, where: str) -> tuple[str, ...]:
     if not isinstance(raw, list) or not raw:
         raise MatrixError(
             f"{where}: measurements must be a non-empty list of {', '.join(allowed)}; "
-            f"leave the key out to run {', '.join(MEASUREMENTS)}"
+            f"leave the key out to run {', '.join(MEASUREMENTS)} ({', '.join(OPT_IN_MEASUREMENTS)} "
+            "only when named)"
         )
     for name in raw:
         if name not in allowed:

@@ -9,9 +9,13 @@
 | `fp8dq` | torchao `Float8DynamicActivationFloat8WeightConfig` (CUDA sm89+) | as fp8wo |
 | `nf4` | bitsandbytes `Linear4bit` (NF4, block 64, no double quantization) | see `predict` |
 | `bnb8` | bitsandbytes `Linear8bitLt` (LLM.int8, threshold 6) | int8 [N, K] + fp32 SCB [N] |
+| `gemlite4-gG` | torchao's prototype `UIntxWeightOnlyConfig` (gemlite, CUDA) | see `predict` |
+| `gemlite8` | the same, 8 bits per channel | int8 [K, N] + a scale per row (model dtype) |
 
 The int4 configs: CPU `torchao.prototype.quantization.int4.PrototypeInt4WeightOnlyConfig`, CUDA
 `Int4WeightOnlyConfig(int4_packing_format="tile_packed_to_4d")` (gpt-fast's tinygemm path).
+torchao 0.18 offers no Marlin layout (its sparse Marlin path is gone); gemlite is its other CUDA
+low-bit path (`gemlite`, an optional package of its own: triton).
 
 Every `nn.Linear` of the decoder is quantized except the LM head; embeddings stay in the cell's
 dtype (as torchao's and transformers' defaults do). The CPU int4 kernel needs N % 16 == 0: such a
@@ -54,6 +58,8 @@ from benchmarks.harness.quant.names import METHODS
 INSTALL = {
     "torchao": "pip install torchao==0.18.0",
     "bitsandbytes": "pip install bitsandbytes==0.50.2",
+    # gemlite pulls triton; the `quant-cuda` group (nox -s bench-cuda-quant installs it).
+    "gemlite": "pip install gemlite==0.6.0.post2",
 }
 CPU_INT4_N_MULTIPLE = 16  # `_convert_weight_to_int4pack_cpu`: "expect N to be dividable by 16"
 # bitsandbytes' CPU repack of an eval-mode 4-bit weight (`_convert_weight_packed_for_cpu`):
@@ -71,7 +77,7 @@ class Method:
     """One `quant` value: the library it needs and, for int4, the group size."""
 
     name: str
-    library: str  # torchao | bitsandbytes | none
+    library: str  # torchao | bitsandbytes | gemlite (through torchao) | none
     group_size: int | None = None
 
 
@@ -83,6 +89,10 @@ def method(name: str) -> Method:
         return Method(name, "none")
     if name.startswith("int4wo-g"):
         return Method(name, "torchao", int(name.removeprefix("int4wo-g")))
+    if name.startswith("gemlite4-g"):
+        return Method(name, "gemlite", int(name.removeprefix("gemlite4-g")))
+    if name == "gemlite8":
+        return Method(name, "gemlite")
     return Method(name, "bitsandbytes" if name in ("nf4", "bnb8") else "torchao")
 
 
@@ -91,11 +101,14 @@ def quant_skip_reason(name: str, device: torch.device | str, dtype: torch.dtype)
     m = method(name)
     if m.library == "none":
         return None
-    if importlib.util.find_spec(m.library) is None:
-        return (
-            f"quant {name}: {m.library} is not installed ({INSTALL[m.library]}, or "
-            "`pip install --group quant` from pyproject.toml)"
-        )
+    needed = ("torchao", "gemlite") if m.library == "gemlite" else (m.library,)
+    for library in needed:
+        if importlib.util.find_spec(library) is None:
+            group = "quant-cuda" if library == "gemlite" else "quant"
+            return (
+                f"quant {name}: {library} is not installed ({INSTALL[library]}, or "
+                f"`pip install --group {group}` from pyproject.toml)"
+            )
     return _device_reason(name, m, torch.device(device), dtype)
 
 
@@ -111,11 +124,7 @@ def quant_timing_reason(name: str, device: torch.device | str, dtype: torch.dtyp
     reason = quant_skip_reason(name, device, dtype)
     if reason is not None:
         return reason
-    if (
-        method(name).group_size is not None
-        and torch.device(device).type == "cpu"
-        and dtype != torch.bfloat16
-    ):
+    if name.startswith("int4wo") and torch.device(device).type == "cpu" and dtype != torch.bfloat16:
         return (
             f"quant {name} on CPU in {str(dtype).removeprefix('torch.')}: PyTorch's CPU int4 "
             "kernel is vectorized for bfloat16 activations only (a scalar loop otherwise, "
@@ -126,21 +135,22 @@ def quant_timing_reason(name: str, device: torch.device | str, dtype: torch.dtyp
 
 
 def _device_reason(name: str, m: Method, device: torch.device, dtype: torch.dtype) -> str | None:
-    """What the method's kernels need of the device (MPS, fp8 and int4 on CUDA)."""
+    """What the method's kernels need of the device (MPS, gemlite, fp8 and int4 on CUDA)."""
     if device.type == "mps":
         return f"quant {name}: {m.library} on MPS is not verified by phasebench"
+    if m.library == "gemlite":
+        return _gemlite_reason(name, device, dtype)
     if name == "fp8dq" and device.type != "cuda":
-        found = cpu_float8_kernel()
-        return "quant fp8dq: float8 dynamic activation needs a CUDA GPU with sm89+; on a CPU, " + (
-            f"torchao's CPU float8 kernel (torchao::{CPU_FLOAT8_OP}) is not in this torchao "
-            "build (the PyPI wheel ships no CPU kernels), and its reference fallback would "
-            "be timed instead of the method"
-            if not found
-            else f"torchao's torchao::{CPU_FLOAT8_OP} path is not verified by phasebench"
-        )
+        return _cpu_fp8dq_reason()
     if device.type != "cuda" or not (name == "fp8dq" or name.startswith("int4wo")):
         return None
-    capability = torch.cuda.get_device_capability(device)
+    return _cuda_capability_reason(name, torch.cuda.get_device_capability(device), dtype)
+
+
+def _cuda_capability_reason(
+    name: str, capability: tuple[int, int], dtype: torch.dtype
+) -> str | None:
+    """fp8dq needs sm89+ (float8 tensor cores); CUDA int4 (tinygemm) bfloat16 and sm80+."""
     if name == "fp8dq":
         low = capability < FP8_MIN_CAPABILITY
         return (
@@ -149,6 +159,25 @@ def _device_reason(name: str, m: Method, device: torch.device, dtype: torch.dtyp
     if dtype != torch.bfloat16:
         return f"quant {name}: CUDA int4 (tinygemm tile packing) is bfloat16 only"
     return f"quant {name}: CUDA int4 needs compute capability 8.0+" if capability[0] < 8 else None
+
+
+def _gemlite_reason(name: str, device: torch.device, dtype: torch.dtype) -> str | None:
+    if device.type != "cuda":
+        return f"quant {name}: gemlite's Triton kernels run on CUDA GPUs only"
+    if dtype not in (torch.float16, torch.bfloat16):
+        return f"quant {name}: gemlite runs float16 or bfloat16 activations only"
+    return None
+
+
+def _cpu_fp8dq_reason() -> str:
+    why = (
+        f"torchao's torchao::{CPU_FLOAT8_OP} path is not verified by phasebench"
+        if cpu_float8_kernel()
+        else f"torchao's CPU float8 kernel (torchao::{CPU_FLOAT8_OP}) is not in this torchao "
+        "build (the PyPI wheel ships no CPU kernels), and its reference fallback would be timed "
+        "instead of the method"
+    )
+    return f"quant fp8dq: float8 dynamic activation needs a CUDA GPU with sm89+; on a CPU, {why}"
 
 
 def cpu_float8_kernel() -> bool:
@@ -195,6 +224,9 @@ def left_dense_reason(name: str, n: int, k: int, device_type: str) -> str | None
     kernel's layout refuses it), or None. torchao's own rule (K % G) is `predict`'s."""
     if name.startswith("int4wo") and device_type == "cpu" and n % CPU_INT4_N_MULTIPLE:
         return f"N={n} is not a multiple of {CPU_INT4_N_MULTIPLE} (CPU int4 packing)"
+    group = method(name).group_size
+    if name.startswith("gemlite4") and group is not None and k % group:
+        return f"K={k} is not a multiple of the group size {group} (gemlite's group packing)"
     if name == "nf4" and device_type == "cpu" and nf4_cpu_packed():
         # The repack views the absmax as [N, K / 64] and tiles N by 32.
         if n % CPU_NF4_PACK_N_MULTIPLE:
@@ -215,23 +247,33 @@ def apply_quant(model: nn.Module, name: str, device: torch.device) -> nn.Module:
     if m.library == "none":
         return model
     keep = quantizable(model, name, device.type)
-    if m.library == "torchao":
+    if m.library in ("torchao", "gemlite"):
         _torchao(model, name, m, keep, device)
     else:
         _bitsandbytes(model, name, keep, device)
     return model
 
 
+# torchao's configs taking no argument but `set_inductor_config`, by method.
+_PLAIN_CONFIGS = {
+    "int8wo": "Int8WeightOnlyConfig",
+    "int8dq": "Int8DynamicActivationInt8WeightConfig",
+    "fp8wo": "Float8WeightOnlyConfig",
+    "fp8dq": "Float8DynamicActivationFloat8WeightConfig",
+}
+
+
 def _torchao_config(name: str, m: Method, device: torch.device) -> Any:
     quantization: Any = importlib.import_module("torchao.quantization")
-    if name == "int8wo":
-        return quantization.Int8WeightOnlyConfig(set_inductor_config=False)
-    if name == "int8dq":
-        return quantization.Int8DynamicActivationInt8WeightConfig(set_inductor_config=False)
-    if name == "fp8wo":
-        return quantization.Float8WeightOnlyConfig(set_inductor_config=False)
-    if name == "fp8dq":
-        return quantization.Float8DynamicActivationFloat8WeightConfig(set_inductor_config=False)
+    if name in _PLAIN_CONFIGS:
+        return getattr(quantization, _PLAIN_CONFIGS[name])(set_inductor_config=False)
+    if m.library == "gemlite":  # torchao 0.18's gemlite path, a prototype
+        uintx: Any = importlib.import_module("torchao.prototype.quantization.quant_api")
+        return uintx.UIntxWeightOnlyConfig(
+            group_size=m.group_size,
+            bit_width=4 if m.group_size is not None else 8,
+            set_inductor_config=False,
+        )
     if device.type == "cuda":  # tinygemm's tile-packed layout, gpt-fast's int4 path
         return quantization.Int4WeightOnlyConfig(
             group_size=m.group_size,

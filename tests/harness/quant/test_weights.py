@@ -15,13 +15,13 @@ from torch import nn
 
 from benchmarks.harness.model.models import ModelSpec, build_meta_model, build_model
 from benchmarks.harness.quant.methods import apply_quant, quant_skip_reason, quant_timing_reason
-from benchmarks.harness.quant.names import METHODS
+from benchmarks.harness.quant.names import CUDA_ONLY, METHODS
 from benchmarks.harness.quant.predict import predict_weights, quantized_weight_bytes
 from benchmarks.harness.quant.stored import stored_weights
 from benchmarks.harness.roofline.traffic import weights_read_bytes
 
-# Every method but fp8dq (CUDA sm89+ only) runs on CPU.
-CPU_METHODS = tuple(m for m in METHODS if m not in ("none", "fp8dq"))
+# Every method but the CUDA-only ones (fp8dq: sm89+; gemlite: Triton) runs on CPU.
+CPU_METHODS = tuple(m for m in METHODS if m != "none" and m not in CUDA_ONLY)
 LIBRARY = {"nf4": "bitsandbytes", "bnb8": "bitsandbytes"}
 
 
@@ -199,6 +199,50 @@ def test_skip_reasons():
     )
 
 
+def test_cuda_only_methods_say_why_on_a_cpu_and_predict_their_layout():
+    for name in ("gemlite4-g64", "gemlite8"):
+        reason = quant_skip_reason(name, "cpu", torch.bfloat16)
+        assert reason is not None
+        assert "CUDA" in reason or "gemlite is not installed" in reason
+    # Read from torchao 0.18's UIntxBitPackedTensor and gemlite 0.6 (asserted on the first GPU
+    # run like every cell): 4 bits plus a scale and a zero per group of 64, in the model dtype.
+    assert quantized_weight_bytes("gemlite4-g64", 96, 256, element_bytes=2, device_type="cuda") == (
+        96 * 128 + 2 * 4 * 96 * 2,
+        "",
+    )
+    assert quantized_weight_bytes("gemlite8", 96, 256, element_bytes=2, device_type="cuda") == (
+        96 * 256 + 96 * 2,
+        "",
+    )
+    dense, reason = quantized_weight_bytes(
+        "gemlite4-g64", 96, 200, element_bytes=2, device_type="cuda"
+    )
+    assert dense is None
+    assert "K=200 is not a multiple of the group size 64" in reason
+
+
+def test_on_a_cuda_box_each_gpu_method_says_what_it_needs(monkeypatch):
+    """The reasons the first CUDA box will read, decided from the compute capability (sm80: an
+    A100; sm89: an L4 or RTX 4090; sm90: an H100), with no GPU here: only the capability query
+    is answered for it."""
+    pytest.importorskip("torchao")
+
+    def on(capability):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *_: capability)
+
+    on((8, 0))
+    assert "8.9+" in (quant_skip_reason("fp8dq", "cuda", torch.bfloat16) or "")
+    assert quant_skip_reason("int4wo-g64", "cuda", torch.bfloat16) is None  # tinygemm, sm80+
+    assert "bfloat16 only" in (quant_skip_reason("int4wo-g64", "cuda", torch.float16) or "")
+    assert quant_skip_reason("fp8wo", "cuda", torch.bfloat16) is None
+    on((8, 9))
+    assert quant_skip_reason("fp8dq", "cuda", torch.bfloat16) is None
+    on((7, 5))
+    assert "8.0+" in (quant_skip_reason("int4wo-g128", "cuda", torch.bfloat16) or "")
+    # CPU int4 outside bfloat16 is refused on the CPU only: CUDA decides by its own rule above.
+    assert quant_timing_reason("int8wo", "cuda", torch.float16) is None
+
+
 def test_missing_package_names_the_install_command(monkeypatch):
     import importlib.util  # noqa: PLC0415
 
@@ -211,6 +255,15 @@ def test_missing_package_names_the_install_command(monkeypatch):
     reason = quant_skip_reason("nf4", "cpu", torch.float32)
     assert reason is not None
     assert "pip install bitsandbytes==0.50.2" in reason
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "gemlite" else real(name, *a),
+    )
+    reason = quant_skip_reason("gemlite8", "cuda", torch.bfloat16)
+    assert reason is not None
+    assert "pip install gemlite==0.6.0.post2" in reason
+    assert "--group quant-cuda" in reason
 
 
 def test_the_fit_estimate_reads_predicted_bytes():

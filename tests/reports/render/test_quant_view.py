@@ -201,7 +201,7 @@ def test_interleaved_rounds_give_the_speed_ratio_with_its_interval():
         interleaved("interleaved_decode", fast, dense, base_id, "decode_tok_per_s", quant="int8wo"),
     ]
     (table,) = quant_tables(cells)
-    base, int8 = table.rows
+    _base, int8 = table.rows
     speedup = int8.speedups["decode_tok_per_s"]
     assert speedup is not None
     assert speedup.pairs == 20
