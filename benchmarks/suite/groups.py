@@ -57,24 +57,12 @@ def interleaved_reason(
     return group_fit_reason(here, models_dir_option(config) or MODELS_DIR, free)
 
 
-_GROUP_FIT: dict[tuple[str, ...], str | None] = {}
-
-
 def group_fit_reason(
     cells: Sequence[Cell], models_dir: Path, free: Callable[[str], FreeMemory] = free_memory
 ) -> str | None:
     """Why a group's variants cannot be held at once in the device's free memory (their
     weights, once per build, and caches summed, plus the largest activations: the per-cell
     `plan.fit_estimate`), or None (also when unknown, or with `PHASEBENCH_IGNORE_FIT` set)."""
-    ids = tuple(sorted(c.id for c in cells))
-    if ids not in _GROUP_FIT:
-        _GROUP_FIT[ids] = _group_fit(cells, models_dir, free)
-    return _GROUP_FIT[ids]
-
-
-def _group_fit(
-    cells: Sequence[Cell], models_dir: Path, free: Callable[[str], FreeMemory]
-) -> str | None:
     if os.environ.get(IGNORE_FIT_ENV, "0") not in ("", "0"):
         return None
     try:
