@@ -143,7 +143,8 @@ def start_record(benchmark: Any, run: CellRun, measurement: str) -> dict[str, An
     info["warmup_policy"] = run.warmup.policy
     info["thermal_before"] = dict(run.warmup.thermal_before)
     info.update(run.warmup.run_mode)  # compile cost of a compiled cell (DESIGN §9)
-    # A quantized cell's method, untimed quantization time and accuracy (untimed, measured once).
+    # A quantized cell's method, quantization time and accuracy, as measured where its model was
+    # built and quantized (`modelcache.build_loaded`); read here, never measured.
     from benchmarks.harness.modelcache import quant_fields  # noqa: PLC0415 - imports torch
 
     info.update(quant_fields(cell, run.loaded))
