@@ -13,8 +13,9 @@ Recorded (`interleaved_prefill` / `interleaved_decode`): the benchmark statistic
 and `prefill_tok_per_s`, or `decode_step_s`, `decode_tok_per_s` and `decode_bytes_per_s`
 (`decode_bytes`, the roofline's compulsory bytes of one step, per second); `interleaved_order`
 (the group's cell ids in timed order), `interleaved_dense_cell_id` and
-`interleaved_dense_rounds_s`, `interleaved_pairs`; the weights' stored bytes and, for a quantized
-cell, its quant and accuracy fields; `decode_top_ops` (the operators a few untimed, profiled
+`interleaved_dense_rounds_s`, `interleaved_pairs`; the weights' stored bytes, the KV bytes per
+token (dense, and packed for a quantized cache) and, for a quantized cell, its quant and accuracy
+fields; `decode_top_ops` (the operators a few untimed, profiled
 decode steps spent their own time in) and `decode_kernel_note` (whether the kernel the method is
 known for ran, `suite.oplist.kernel_note`). Peak memory is not recorded here: every variant is
 resident.

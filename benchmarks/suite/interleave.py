@@ -43,6 +43,7 @@ from typing import Any
 import torch
 import torch._dynamo
 
+from benchmarks.harness.cache.kv import kv_bytes_per_token
 from benchmarks.harness.device.devices import device_sync
 from benchmarks.harness.device.memory import release_cached_memory
 from benchmarks.harness.device.synctimer import synced_perf_counter
@@ -52,7 +53,7 @@ from benchmarks.harness.modelcache import Loaded, build_loaded, quant_fields
 from benchmarks.harness.roofline.traffic import decode_step_bytes
 from benchmarks.harness.runmode.compiled import TimedWindow, cuda_graphs_kept, uses_cuda_graphs
 from benchmarks.harness.runmode.decide import configure_engine
-from benchmarks.harness.runmode.kvlayout import analytic_layout
+from benchmarks.harness.runmode.kvlayout import analytic_layout, kv_quant_fields
 from benchmarks.suite.oplist import kernel_note, top_ops
 
 #: The fewest interleaved rounds per variant: a ratio's interval from fewer pairs is too wide to
@@ -231,6 +232,10 @@ def _prepared(
     timing.record = {
         **loaded.weights_fields(),
         **fields,
+        "kv_bytes_per_token": kv_bytes_per_token(
+            loaded.config, dtype=loaded.dtype, batch=cell.batch
+        ),
+        **kv_quant_fields(cell, loaded.config, loaded.dtype),
         "decode_bytes": decode_step_bytes(
             loaded.model, batch=cell.batch, context_len=cell.prompt_len, kv_total=kv_total
         ).total_bytes,
