@@ -65,7 +65,7 @@ def _one(
     dense = build_model(spec, CPU, dtype, seed=seed)
     vocab = int(dense.config.get_text_config().vocab_size)
     reference = reference_outputs(
-        dense, CPU, make_prompt(1, args.prompt_len, vocab, seed), args.new_tokens, keep_kv=True
+        dense, CPU, make_prompt(1, args.prompt_len, vocab, seed), args.new_tokens
     )
     spread = float(reference.logits.std())
     found = []

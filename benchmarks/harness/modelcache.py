@@ -212,15 +212,12 @@ def build_loaded(
         # Untimed: the dense model's outputs for the accuracy check (`quant.accuracy`).
         for sibling in checked:
             key = reference_key(sibling)
-            keep_kv = any(c.kv_quantized and reference_key(c) == key for c in checked)
             if key not in references:
                 batch, prompt_len, new_tokens, seed = key
                 new_tokens = min(new_tokens, ACCURACY_MAX_TOKENS)
                 vocab = int(model.config.get_text_config().vocab_size)
                 prompt = make_prompt(batch, prompt_len, vocab, seed)  # the cell's prompt
-                references[key] = reference_outputs(
-                    model, device, prompt, new_tokens, keep_kv=keep_kv
-                )
+                references[key] = reference_outputs(model, device, prompt, new_tokens)
         quant_started_s = time.perf_counter()
 
     def after_quant(model: Any) -> None:

@@ -2,17 +2,18 @@
 
 A faster cell that computes something else is no win. Before a model's weights are quantized, the
 suite runs the dense model once per quantized cell's prompt (`reference_outputs`, untimed): the
-logits of the prompt's last position, the N greedy tokens, every decoder Linear's input and
-output at the prefill (`sqnr.capture_linears`) and, for a quantized KV cache, the K/V each layer's
-attention reads at the first decode step (`sqnr.capture_kv`). Right after quantizing (untimed,
-once per cell, where the model is built: `modelcache`), the quantized model runs each Linear on
-its own captured input, and *teacher-forced* on the reference tokens (`measure_accuracy`): its
-prefill on the same prompt, then one decode step per reference token, with the cell's own cache
-(a quantized KV cache included). Recorded (`Accuracy.fields`):
+logits of the prompt's last position, the N greedy tokens, and every decoder Linear's input and
+output at the prefill (`sqnr.capture_linears`). Right after quantizing (untimed, once per cell,
+where the model is built: `modelcache`), the quantized model runs each Linear on its own
+captured input, and *teacher-forced* on the reference tokens (`measure_accuracy`): its prefill on
+the same prompt, then one decode step per reference token, with the cell's own cache (a quantized
+KV cache included: what each layer writes to it at the prefill and reads back at the first step
+are kept, `sqnr.capture_kv`). Recorded (`Accuracy.fields`):
 
 * `quant_sqnr_db_min`: the lowest SQNR in dB (`sqnr`) over every quantized Linear (on the cell's
   own inputs, against the dense outputs) and, for a quantized cache, every layer's K and V as the
-  attention reads them back; `quant_sqnr_db` per kind and layer; the method's bound
+  attention reads them back against what the same model wrote (the cache's own error, whatever
+  the weights are); `quant_sqnr_db` per kind and layer; the method's bound
   (`SQNR_BOUNDS_DB`) for the weights and the cache apart. This is the check that fails a broken
   path at every bit width (a scale applied twice reads 0 dB);
 * `quant_logits_kl`: the mean KL divergence (nats) of the next-token distributions from the
@@ -123,15 +124,13 @@ LOGIT_POSITIONS = 16
 @dataclass(frozen=True, eq=False)
 class Reference:
     """The dense model's outputs on one prompt: logits `[B, S, V]` of the first S generated
-    positions (S = min(N, LOGIT_POSITIONS)), the N greedy tokens `[B, N]`, every decoder
-    Linear's input and output at the prefill, and (when asked for) the K/V each layer's attention
-    read at the first decode step."""
+    positions (S = min(N, LOGIT_POSITIONS)), the N greedy tokens `[B, N]`, and every decoder
+    Linear's input and output at the prefill."""
 
     prompt: torch.Tensor  # [B, P] on the host
     logits: torch.Tensor  # float32, on the host
     tokens: torch.Tensor  # [B, N] on the host
     linears: dict[str, LinearCapture] = field(default_factory=dict)
-    kv: KVCapture | None = None
 
 
 @dataclass(frozen=True)
@@ -221,29 +220,20 @@ def _forward(model: Any, ids: torch.Tensor, cache: Any) -> tuple[torch.Tensor, A
 
 
 def reference_outputs(
-    model: Any,
-    device: torch.device,
-    prompt: torch.Tensor,
-    new_tokens: int,
-    *,
-    keep_kv: bool = False,
+    model: Any, device: torch.device, prompt: torch.Tensor, new_tokens: int
 ) -> Reference:
     """The dense model's greedy run on the cell's prompt `[B, P]` (on the host; untimed), with
-    every decoder Linear's prefill input and output, and the first decode step's K/V when
-    `keep_kv` (a quantized-KV cell compares its cache against them)."""
+    every decoder Linear's prefill input and output."""
     batch = int(prompt.shape[0])
     linears: dict[str, LinearCapture] = {}
-    kv = KVCapture() if keep_kv else None
     with torch.inference_mode():
         with capture_linears(model, linears):
             logits, cache = _forward(model, prompt.to(device), compat.initial_cache(model, batch))
         kept = [logits.to("cpu")]
         token = logits.argmax(dim=-1, keepdim=True)
         tokens = [token.to("cpu")]
-        for step in range(1, new_tokens):
-            reading = capture_kv(cache, kv) if kv is not None and step == 1 else nullcontext()
-            with reading:
-                logits, cache = _forward(model, token, cache)
+        for _ in range(1, new_tokens):
+            logits, cache = _forward(model, token, cache)
             if len(kept) < LOGIT_POSITIONS:
                 kept.append(logits.to("cpu"))
             token = logits.argmax(dim=-1, keepdim=True)
@@ -253,7 +243,6 @@ def reference_outputs(
         logits=torch.stack(kept, dim=1),
         tokens=torch.cat(tokens, dim=-1),
         linears=linears,
-        kv=kv,
     )
 
 
@@ -287,8 +276,8 @@ def measure_accuracy(
     """The quantized model against `reference` (untimed): every quantized Linear on its own
     captured input, then teacher-forced on the reference tokens; `start_cache` is the cache the
     cell's prefill starts from (None: the model's own). `quant` and `kv_quant` name the methods
-    whose SQNR bounds apply; a quantized cache's K/V are compared at the first decode step when
-    the reference kept them."""
+    whose SQNR bounds apply; a quantized cache's K/V read back at the first decode step are
+    compared with what the model wrote to it at the prefill."""
     batch = int(reference.prompt.shape[0])
     tokens = reference.tokens.to(device)
     kept = reference.logits.shape[1]
@@ -296,15 +285,18 @@ def measure_accuracy(
     kls: list[torch.Tensor] = []
     agreed = 0
     kv_quantized = kv_quant not in (None, "none")
-    read_back = KVCapture() if kv_quantized and reference.kv is not None else None
+    written, read_back = KVCapture(), KVCapture()
     sqnr = linear_sqnr_db(model, reference.linears, device) if quant != "none" else {}
     with torch.inference_mode():
         if start_cache is None:
             start_cache = compat.initial_cache(model, batch)
-        logits, cache = _forward(model, reference.prompt.to(device), start_cache)
+        writing = capture_kv(start_cache, written, read=False) if kv_quantized else nullcontext()
+        with writing:
+            logits, cache = _forward(model, reference.prompt.to(device), start_cache)
         for i in range(tokens.shape[1]):
             if i > 0:  # teacher forcing: feed the dense run's token i - 1
-                reading = capture_kv(cache, read_back) if read_back and i == 1 else nullcontext()
+                first = kv_quantized and i == 1
+                reading = capture_kv(cache, read_back, read=True) if first else nullcontext()
                 with reading:
                     logits, cache = _forward(model, tokens[:, i - 1 : i], cache)
             if i < kept:
@@ -312,8 +304,7 @@ def measure_accuracy(
                 deltas.append(float((host - reference.logits[:, i, :]).abs().max()))
                 kls.append(kl_divergence(reference.logits[:, i, :], host))
             agreed += int((logits.argmax(dim=-1) == tokens[:, i]).sum())
-    if read_back is not None and reference.kv is not None:
-        sqnr.update(kv_sqnr_db(reference.kv, read_back))
+    sqnr.update(kv_sqnr_db(written, read_back))
     spread = float(reference.logits.std())
     kl = torch.stack(kls) if kls else torch.zeros(1)
     return Accuracy(

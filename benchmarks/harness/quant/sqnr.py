@@ -11,9 +11,13 @@ cannot pass a broken kernel: a scale applied twice gives y_q = 2y, 0 dB, whateve
   last `SQNR_TOKENS` positions, on the host): the inputs the cell's Linears really see.
 * `linear_sqnr_db(model, captures)`: after quantizing, each quantized Linear run on its own
   captured input against its dense output; Linears left dense are not listed.
-* `KVCapture` / `capture_kv(cache)`: the K and V a cache hands the attention of each layer at
-  one decode step (its `update`'s return: for a quantized cache, the dequantized prefix, the
-  residual and the new position), batch row 0, on the host; `kv_sqnr_db` compares two.
+* `KVCapture` / `capture_kv(cache, into, read=...)`: per layer, the K and V the model hands a
+  cache's `update` (`read=False`: at the prefill, what the cache is given to quantize) or the K
+  and V the cache hands back to the attention (`read=True`: at a decode step, the dequantized
+  prefix, the residual and the new position), batch row 0, on the host. `kv_sqnr_db(written,
+  read)` compares the prompt's positions: the cache's own quantization error, isolated from
+  whatever the model's weights did to K and V (a weight-quantized model writes other K/V than
+  the dense one, and comparing with those would charge the cache for the weights' error).
 * `by_kind(named)`: `{"self_attn.q_proj": [dB per layer, ...]}` for the record (compact).
 
 It deliberately does not decide what is acceptable (`accuracy` holds the bounds).
@@ -135,10 +139,11 @@ class KVCapture:
 
 
 @contextmanager
-def capture_kv(cache: Any, into: KVCapture) -> Iterator[None]:
-    """While open, what `cache.update(keys, values, layer_idx, ...)` returns is kept (batch row
-    0) in `into`: run exactly one decode step inside it. A cache that is no `Cache` object (a
-    legacy tuple) captures nothing."""
+def capture_kv(cache: Any, into: KVCapture, *, read: bool) -> Iterator[None]:
+    """While open, each layer's K and V (batch row 0) go to `into`: those `cache.update` is
+    given (`read=False`) or those it returns (`read=True`). Run one forward inside it. A cache
+    that is no `Cache` object (a legacy tuple, or None: the model makes its own) captures
+    nothing."""
     update = getattr(cache, "update", None)
     if update is None:
         yield
@@ -146,8 +151,9 @@ def capture_kv(cache: Any, into: KVCapture) -> Iterator[None]:
 
     def recording(key_states: Any, value_states: Any, layer_idx: int, *args: Any, **kw: Any) -> Any:
         keys, values = update(key_states, value_states, layer_idx, *args, **kw)
-        into.keys[int(layer_idx)] = keys[0].detach().float().to("cpu", copy=True)
-        into.values[int(layer_idx)] = values[0].detach().float().to("cpu", copy=True)
+        kept = (keys, values) if read else (key_states, value_states)
+        into.keys[int(layer_idx)] = kept[0][0].detach().float().to("cpu", copy=True)
+        into.values[int(layer_idx)] = kept[1][0].detach().float().to("cpu", copy=True)
         return keys, values
 
     cache.update = recording  # an instance attribute, dropped below: the class is untouched
@@ -157,17 +163,20 @@ def capture_kv(cache: Any, into: KVCapture) -> Iterator[None]:
         del cache.update
 
 
-def kv_sqnr_db(reference: KVCapture, other: KVCapture) -> dict[str, float]:
-    """SQNR of `other`'s keys and values against `reference`'s, per layer present in both with
-    the same shape: `{"kv.keys.3": dB, "kv.values.3": dB, ...}`."""
+def kv_sqnr_db(written: KVCapture, read: KVCapture) -> dict[str, float]:
+    """SQNR of the K and V `read` back against those `written`, over the written positions
+    (`[H, T, D]`: the first T of what was read), per layer present in both:
+    `{"kv.keys.3": dB, "kv.values.3": dB, ...}`."""
     found: dict[str, float] = {}
     for kind, ref, got in (
-        ("keys", reference.keys, other.keys),
-        ("values", reference.values, other.values),
+        ("keys", written.keys, read.keys),
+        ("values", written.values, read.values),
     ):
         for layer in sorted(set(ref) & set(got)):
-            if ref[layer].shape == got[layer].shape:
-                found[f"kv.{kind}.{layer}"] = sqnr_db(ref[layer], got[layer])
+            positions = ref[layer].shape[-2]
+            back = got[layer][..., :positions, :]
+            if back.shape == ref[layer].shape:
+                found[f"kv.{kind}.{layer}"] = sqnr_db(ref[layer], back)
     return found
 
 
