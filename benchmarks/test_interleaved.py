@@ -59,15 +59,15 @@ def test_interleaved_decode(
 
 
 def _record(cell: Cell, group: GroupTiming, progress: Progress, benchmark: Any, phase: str) -> None:
+    if group.error is not None:
+        raise AssertionError(
+            f"{cell.id}: the interleaved rounds of its group failed: {group.error}"
+        )
     mine = group.variants.get(cell.id)
     if mine is None:  # a bug: the cell runs here, so its group holds it
         raise AssertionError(f"{cell.id} is not in its interleaved group {group.order}")
     if mine.error is not None:
         raise AssertionError(f"{cell.id}: interleaved: {mine.error}")
-    if group.error is not None:
-        raise AssertionError(
-            f"{cell.id}: the interleaved rounds of its group failed: {group.error}"
-        )
     rounds = mine.prefill_s if phase == "prefill" else mine.decode_s
     dense = group.variants.get(group.dense_id or "")
     benchmark.params = cell.axes()

@@ -125,7 +125,13 @@ class GroupStore:
             self._cache.release()  # the group's variants are built side by side
             models_dir = models_dir_option(self._config) or MODELS_DIR
             self._progress(f"{cell.id}: timing its comparison group in turn ({len(cells)} cells)")
-            self._done[key] = time_group(cells, models_dir, self._progress, self._cache.measured)
+            try:
+                self._done[key] = time_group(
+                    cells, models_dir, self._progress, self._cache.measured
+                )
+            except Exception as error:  # every record of the group fails with it, once
+                failure = f"{type(error).__name__}: {error}"
+                self._done[key] = GroupTiming({}, [], None, 0, error=failure)
             timing = self._done[key]
             self._progress(
                 f"interleaved group done in {timing.wall_s:.1f} s"

@@ -146,16 +146,13 @@ def time_group(
         for cell in cells:
             timing = VariantTiming(cell)
             try:
-                loaded = builds.get(cell.build_key)
-                if loaded is None:
+                if cell.build_key not in builds:
                     # One build per build key (a quantized cache shares the dense weights);
                     # accuracy measured for its quantized cells no earlier build measured.
                     sharing = [c for c in cells if c.build_key == cell.build_key]
                     checked = [c for c in sharing if c.quantized and c.id not in measured]
-                    loaded = builds[cell.build_key] = build_loaded(
-                        cell, models_dir, progress, checked
-                    )
-                variants.append(_prepared(cell, loaded, measured, timing))
+                    builds[cell.build_key] = build_loaded(cell, models_dir, progress, checked)
+                variants.append(_prepared(cell, builds[cell.build_key], measured, timing))
             except Exception as error:  # recorded per variant; the group goes on
                 timing.error = f"{type(error).__name__}: {error}"
                 failed[cell.id] = timing
