@@ -62,12 +62,18 @@ def test_unpaired_medians_drift_where_the_paired_ratio_holds():
 
 
 def test_three_runs_agree_within_their_intervals():
-    """Three runs of one comparison (independent noise, the same truth): with the default process
-    term, every two runs' intervals overlap in at least 97 % of the trials."""
+    """Three runs of one comparison (independent noise, the same truth, and each run's own level
+    off by 1.5 %, as two runs on the development VM were): with the default run-level term,
+    every two runs' intervals overlap in at least 97 % of the trials."""
     agree = 0
     for seed in range(SEEDS):
         rng = random.Random(seed)
-        runs = [paired_speedup(*drifting_pairs(rng, pairs=20, speedup=1.3)) for _ in range(3)]
+        runs = [
+            paired_speedup(
+                *drifting_pairs(rng, pairs=20, speedup=1.3 * math.exp(rng.gauss(0, 0.015)))
+            )
+            for _ in range(3)
+        ]
         found = [r for r in runs if r is not None]
         assert len(found) == 3
         agree += all(a.contains(b) for a in found for b in found)
