@@ -271,8 +271,8 @@ def bench_cpu_quant(session: nox.Session) -> None:
 
 @nox.session(name="bench-cuda-quant", venv_params=SYSTEM_SITE)
 def bench_cuda_quant(session: nox.Session) -> None:
-    """Run matrix/cuda-quant.yaml on a CUDA GPU with the `quant` group."""
-    _bench(session, "cuda", "matrix/cuda-quant.yaml", "quant")
+    """Run matrix/cuda-quant.yaml on a CUDA GPU with the `quant-cuda` group (gemlite too)."""
+    _bench(session, "cuda", "matrix/cuda-quant.yaml", "quant-cuda")
 
 
 @nox.session(name="bench-cpu-serve", venv_params=SYSTEM_SITE)

@@ -8,6 +8,8 @@ modules are imported here (and only here), which registers them:
 * `benchmarks.suite.collect`: `pytest_generate_tests` (cells -> parametrized tests, skips with their
   reason) and `pytest_collection_modifyitems` (shard deselection, build order);
 * `benchmarks.suite.warmup`: `warmed` (the cell's untimed warmup, fixed or until stable);
+* `benchmarks.suite.groups`: `interleaved` (the run's interleaved comparison groups, each
+  timed once: `benchmarks/test_interleaved.py`);
 * `benchmarks.suite.peaks`: `peaks` and `remeasure_peaks` (roofline percentages), and
   `peaks_before_build`, which `loaded` waits for: a device's peaks are measured before any
   model of that device and dtype is built, so no timed round follows the measurement's burst.
@@ -48,6 +50,7 @@ from benchmarks.suite.configure import (
     pytest_configure,
     pytest_report_header,
 )
+from benchmarks.suite.groups import interleaved
 from benchmarks.suite.hostprobe import (
     add_records,
     pytest_runtest_setup,
@@ -65,6 +68,7 @@ from benchmarks.suite.warmup import warmed
 # Hooks and fixtures defined in the modules above: importing them here is what registers them.
 __all__ = [
     "client_overhead",
+    "interleaved",
     "peaks",
     "peaks_before_build",
     "pytest_collection_modifyitems",

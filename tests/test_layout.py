@@ -46,6 +46,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "reports.cli",
     ),
     ("benchmarks.harness.engine", "reports.scenarios"),
+    # kvquant: quantized KV caches (backends, bytes, the CLI's measured timeline on the engine).
+    ("benchmarks.harness.kvquant",),
     (
         "benchmarks.harness.overhead",
         "benchmarks.harness.profiling",

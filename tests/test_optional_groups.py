@@ -35,7 +35,12 @@ def test_the_suite_imports_without_optional_groups() -> None:
     assert "benchmarks.test_serve" in modules
     script = SCRIPT.format(optional=OPTIONAL, modules=modules)
     done = subprocess.run(
-        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", script],
+        check=False,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"imported {len(modules) + 1}" in done.stdout

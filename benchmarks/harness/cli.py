@@ -57,13 +57,14 @@ import transformers
 
 from benchmarks.harness.cache.kv import analytic_kv, kv_bytes_per_token
 from benchmarks.harness.cache.measure import measure_kv
-from benchmarks.harness.cache.quantized import KV_QUANT
 from benchmarks.harness.cache.state import StateLayout, analytic_state
 from benchmarks.harness.device.devices import DTYPES, resolve_device
 from benchmarks.harness.doctor.run import add_arguments as add_doctor_arguments
 from benchmarks.harness.doctor.run import run_doctor
 from benchmarks.harness.engine import Engine, make_prompt
 from benchmarks.harness.errors import KVError, PhasebenchError
+from benchmarks.harness.kvquant.backends import KV_QUANT
+from benchmarks.harness.kvquant.report import add_quantized_kv
 from benchmarks.harness.model import compat
 from benchmarks.harness.model.models import (
     ModelSpec,
@@ -76,7 +77,6 @@ from benchmarks.harness.quant.methods import apply_quant, quant_skip_reason
 from benchmarks.harness.quant.names import METHODS
 from benchmarks.harness.quant.weights_cli import weights_measured, weights_report
 from benchmarks.harness.runmode.kvlayout import run_static_cli
-from benchmarks.harness.runmode.kvquant import add_quantized_kv
 
 EXIT_OK = 0
 EXIT_MISMATCH = 1

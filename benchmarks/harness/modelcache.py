@@ -18,6 +18,7 @@ It deliberately does not time anything but the build, choose cells, or know pyte
 from __future__ import annotations
 
 import ctypes
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -35,6 +36,9 @@ from benchmarks.harness.device.memory import MemoryMonitor, release_cached_memor
 from benchmarks.harness.device.synctimer import synced_perf_counter
 from benchmarks.harness.engine import Engine, make_prompt
 from benchmarks.harness.errors import PhasebenchError
+from benchmarks.harness.kvquant.backends import KV_QUANT, make_quantized_cache
+from benchmarks.harness.kvquant.quantizetime import QuantizeTimer
+from benchmarks.harness.kvquant.quantobuild import ensure_quanto_built
 from benchmarks.harness.matrix.cells import Cell
 from benchmarks.harness.model.models import (
     MODELS_DIR,
@@ -57,6 +61,10 @@ from benchmarks.harness.runmode.decide import build_cell_model, configure_engine
 from benchmarks.harness.runmode.kvaccount import TorchKV
 from benchmarks.harness.runmode.kvlayout import analytic_layout
 
+#: Generated tokens the accuracy check runs at most (teacher-forced): agreement and KL settle
+#: long before, and a 256-token cell would otherwise pay two untimed generations more per build.
+ACCURACY_MAX_TOKENS = 64
+
 
 class BuildFailedError(PhasebenchError):
     """The model of this cell failed to build earlier in the run; the message says why."""
@@ -78,10 +86,10 @@ class Loaded:
     weights: WeightPrediction  # the analytic side, from the config on the meta device
     quant: str = "none"
     quantize_s: float = 0.0  # the untimed quantization step, part of build_s
-    # Dense reference outputs for the accuracy check of quantized cells, keyed by
-    # (batch, prompt_len, new_tokens, seed); filled before quantizing (`accuracy`).
-    references: dict[tuple[int, int, int, int], Reference] = field(default_factory=dict)
-    accuracy: dict[str, Accuracy] = field(default_factory=dict)  # per cell id, measured once
+    # Per quantized cell id sharing this build: its accuracy against the dense model and its
+    # cache's quantization time, measured once right after quantizing (`measure_quantized`).
+    accuracy: dict[str, Accuracy] = field(default_factory=dict)
+    kv_quantize: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def config(self) -> Any:
@@ -201,6 +209,10 @@ class ModelCache:
         self._on_event = on_event or (lambda _line: None)
         self._loaded: CellModel | None = None
         self._failed: dict[tuple[str, ...], str] = {}
+        # Per quantized cell id, its record's quant fields (accuracy included) as measured by
+        # the build that held it: a later build of the same cell (an interleaved comparison
+        # group) reuses them instead of measuring again.
+        self.measured: dict[str, dict[str, Any]] = {}
 
     @property
     def current(self) -> CellModel | None:
@@ -253,61 +265,122 @@ class ModelCache:
         return loaded
 
     def _build(self, cell: Cell) -> Loaded:
-        device = resolve_device(cell.device)
-        dtype = parse_dtype(cell.dtype)
-        spec = load_model_spec(cell.model, self._models_dir)
-        self._on_event(f"building {cell.model} on {device} in {cell.dtype} ...")
-        started_s = time.perf_counter()
-        quant = cell.weight_quant
         siblings = [c for c in self._cells if c.build_key == cell.build_key and c.quantized]
         if cell.quantized and cell not in siblings:
             siblings.append(cell)
-        references: dict[tuple[int, int, int, int], Reference] = {}
-        quant_started_s = started_s
+        loaded = build_loaded(cell, self._models_dir, self._on_event, siblings)
+        for sibling in siblings:
+            self.measured[sibling.id] = quant_fields(sibling, loaded)
+        return loaded
 
-        def before_quant(model: Any) -> None:
-            nonlocal quant_started_s
-            # Untimed: the dense model's outputs for the accuracy check (`quant.accuracy`).
-            for sibling in siblings:
-                key = reference_key(sibling)
-                if key not in references:
-                    batch, prompt_len, new_tokens, seed = key
-                    vocab = int(model.config.get_text_config().vocab_size)
-                    prompt = make_prompt(batch, prompt_len, vocab, seed)  # the cell's prompt
-                    references[key] = reference_outputs(model, device, prompt, new_tokens)
-            quant_started_s = time.perf_counter()
 
-        # The cell's attention kernel, weight quantization and torch.compile mode (DESIGN §9).
-        model = build_cell_model(spec, cell, device, dtype, before_quant=before_quant)
-        build_s = time.perf_counter() - started_s
-        quantize_s = time.perf_counter() - quant_started_s if quant != "none" else 0.0
+def build_loaded(
+    cell: Cell,
+    models_dir: Path,
+    on_event: Callable[[str], None],
+    checked: Sequence[Cell] = (),
+) -> Loaded:
+    """Build `cell`'s model (its attention kernel, weight quantization, compile mode) and count
+    its weights; for each quantized cell of `checked` sharing the build, measure its accuracy
+    against the dense model once, untimed (`measure_quantized`)."""
+    device = resolve_device(cell.device)
+    dtype = parse_dtype(cell.dtype)
+    spec = load_model_spec(cell.model, models_dir)
+    on_event(f"building {cell.model} on {device} in {cell.dtype} ...")
+    started_s = time.perf_counter()
+    quant = cell.weight_quant
+    references: dict[tuple[int, int, int, int], Reference] = {}
+    accuracy: dict[str, Accuracy] = {}
+    kv_quantize: dict[str, dict[str, Any]] = {}
+    quant_started_s = started_s
+    quant_ended_s = started_s
+
+    def before_quant(model: Any) -> None:
+        nonlocal quant_started_s
+        # Untimed: the dense model's outputs for the accuracy check (`quant.accuracy`).
+        for sibling in checked:
+            key = reference_key(sibling)
+            if key not in references:
+                batch, prompt_len, new_tokens, seed = key
+                new_tokens = min(new_tokens, ACCURACY_MAX_TOKENS)
+                vocab = int(model.config.get_text_config().vocab_size)
+                prompt = make_prompt(batch, prompt_len, vocab, seed)  # the cell's prompt
+                references[key] = reference_outputs(model, device, prompt, new_tokens)
+        quant_started_s = time.perf_counter()
+
+    def after_quant(model: Any) -> None:
+        nonlocal quant_ended_s
+        quant_ended_s = time.perf_counter()
         if quant != "none":
             trim_host_heap()  # the dense weights just replaced, freed but still in the heap
-        stored = stored_weights(model, dtype)
-        prediction = predict_weights(
-            build_meta_model(spec, dtype), quant, dtype=dtype, device_type=device.type
+        for sibling in checked:  # eager, before torch.compile wraps the model
+            reference = references[reference_key(sibling)]
+            found, timing = measure_quantized(model, device, sibling, reference)
+            accuracy[sibling.id] = found
+            if timing:
+                kv_quantize[sibling.id] = timing
+        references.clear()  # the captured activations are not needed past this point
+
+    # The cell's attention kernel, weight quantization and torch.compile mode (DESIGN §9).
+    model = build_cell_model(
+        spec, cell, device, dtype, before_quant=before_quant, after_quant=after_quant
+    )
+    build_s = time.perf_counter() - started_s
+    quantize_s = quant_ended_s - quant_started_s if quant != "none" else 0.0
+    stored = stored_weights(model, dtype)
+    prediction = predict_weights(
+        build_meta_model(spec, dtype), quant, dtype=dtype, device_type=device.type
+    )
+    size = stored.stored_bytes
+    on_event(
+        f"built {cell.model} on {device} in {cell.dtype}: {build_s:.1f} s, "
+        f"{size / 2**20:.1f} MiB of weights"
+        + (f" ({quant}, {stored.dense_bytes / 2**20:.1f} MiB dense)" if quant != "none" else "")
+    )
+    return Loaded(
+        key=cell.build_key,
+        spec=spec,
+        model=model,
+        engine=Engine(model, device),
+        device=device,
+        dtype=dtype,
+        build_s=build_s,
+        weights_bytes=size,
+        weights_dense_bytes=stored.dense_bytes,
+        weights=prediction,
+        quant=quant,
+        quantize_s=quantize_s,
+        accuracy=accuracy,
+        kv_quantize=kv_quantize,
+    )
+
+
+def measure_quantized(
+    model: Any, device: torch.device, cell: Cell, reference: Reference
+) -> tuple[Accuracy, dict[str, Any]]:
+    """One quantized cell's accuracy against `reference` (its own start cache: a quantized KV
+    cache where it has one), and where that cache's quantization time went (`QuantizeTimer`;
+    {} for a dense cache). Untimed."""
+    start_cache = None
+    if cell.kv_quantized:
+        kv_quant = str(cell.kv_quant)
+        if KV_QUANT[kv_quant][0] == "quanto":
+            ensure_quanto_built(device.type)  # never a build inside the measurement
+        start_cache = make_quantized_cache(
+            model, kv_quant, group_size=cell.kv_group, residual=cell.kv_residual_len,
+            batch=cell.batch,
+        )  # fmt: skip
+    with QuantizeTimer(device) as timer:
+        found = measure_accuracy(
+            model,
+            reference,
+            device,
+            start_cache,
+            bound_for(cell.weight_quant, cell.kv_quant),
+            quant=cell.weight_quant,
+            kv_quant=cell.kv_quant,
         )
-        size = stored.stored_bytes
-        self._on_event(
-            f"built {cell.model} on {device} in {cell.dtype}: {build_s:.1f} s, "
-            f"{size / 2**20:.1f} MiB of weights"
-            + (f" ({quant}, {stored.dense_bytes / 2**20:.1f} MiB dense)" if quant != "none" else "")
-        )
-        return Loaded(
-            key=cell.build_key,
-            spec=spec,
-            model=model,
-            engine=Engine(model, device),
-            device=device,
-            dtype=dtype,
-            build_s=build_s,
-            weights_bytes=size,
-            weights_dense_bytes=stored.dense_bytes,
-            weights=prediction,
-            quant=quant,
-            quantize_s=quantize_s,
-            references=references,
-        )
+    return found, timer.fields(cell.prompt_len)
 
 
 def reference_key(cell: Cell) -> tuple[int, int, int, int]:
@@ -317,26 +390,41 @@ def reference_key(cell: Cell) -> tuple[int, int, int, int]:
 
 def quant_fields(cell: Cell, loaded: Loaded) -> dict[str, Any]:
     """A quantized cell's record fields: the method, the untimed quantization time, the Linears
-    left dense, and its accuracy against the dense reference (`quant.accuracy`), measured once
-    per cell (untimed) and reused by its other records. A dense cell gets none."""
+    left dense (`left_dense_fields`), its accuracy against the dense model and its cache's
+    quantization time, as measured once when the model was built (`build_loaded`). A dense
+    cell gets none."""
     if not cell.quantized:
         return {}
-    fields: dict[str, Any] = {
+    accuracy = loaded.accuracy.get(cell.id)
+    if accuracy is None:  # a bug: the build measures every quantized cell sharing it
+        raise PhasebenchError(
+            f"{cell.id}: no accuracy was measured when its model was built; build it through "
+            "ModelCache with the run's cells"
+        )
+    return {
         "quant_method": cell.weight_quant,
         "quant_kv_method": cell.kv_quant or "none",
         "quantize_s": loaded.quantize_s,
-        "weights_left_dense_linears": len(loaded.weights.left_dense),
+        **left_dense_fields(loaded.weights),
+        **accuracy.fields(),
+        **loaded.kv_quantize.get(cell.id, {}),
     }
-    accuracy = loaded.accuracy.get(cell.id)
-    if accuracy is None:
-        make = loaded.engine.start_cache
-        accuracy = measure_accuracy(
-            loaded.model,
-            loaded.references[reference_key(cell)],
-            loaded.device,
-            None if make is None else make(cell.batch),
-            bound_for(cell.weight_quant, cell.kv_quant),
-        )
-        loaded.accuracy[cell.id] = accuracy
-    fields.update(accuracy.fields())
-    return fields
+
+
+def left_dense_fields(weights: WeightPrediction) -> dict[str, Any]:
+    """`weights_left_dense_linears` (how many Linears stay dense, the LM head included) and
+    `weights_left_dense` (which, by kind: `[{"linears": "model.layers.*.mlp.gate_proj",
+    "count": 30, "reason": ...}]`, in model order), for the report beside the figures."""
+    if weights.method == "none":  # nothing was to be quantized (a quantized KV cache only)
+        return {}
+    groups: dict[tuple[str, str], int] = {}
+    for layer in weights.left_dense:
+        pattern = re.sub(r"\.\d+\.", ".*.", layer.name)
+        groups[(pattern, layer.reason)] = groups.get((pattern, layer.reason), 0) + 1
+    return {
+        "weights_left_dense_linears": len(weights.left_dense),
+        "weights_left_dense": [
+            {"linears": pattern, "count": count, "reason": reason}
+            for (pattern, reason), count in groups.items()
+        ],
+    }

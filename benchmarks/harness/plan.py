@@ -33,7 +33,7 @@ from benchmarks.harness.device.freemem import FreeMemory, free_memory
 from benchmarks.harness.errors import KVError, PhasebenchError
 from benchmarks.harness.matrix.cells import Cell
 from benchmarks.harness.model.models import MODELS_DIR, load_model_spec
-from benchmarks.harness.quant.methods import quant_skip_reason
+from benchmarks.harness.quant.methods import quant_timing_reason
 from benchmarks.harness.roofline.fit import (
     FitEstimate,
     ModelFacts,
@@ -68,7 +68,8 @@ def skip_reason(cell: Cell, models_dir: Path | None = None) -> str | None:
                 f"{limit} (max_position_embeddings)"
             )
     if reason is None:
-        reason = quant_skip_reason(cell.weight_quant, cell.device, parse_dtype(cell.dtype))
+        # The method must run here, and run its own kernel (not a fallback a timing would hide).
+        reason = quant_timing_reason(cell.weight_quant, cell.device, parse_dtype(cell.dtype))
     if reason is None:
         reason = run_mode_skip_reason(cell, directory)
     # A tp > 1 cell spreads its model over its ranks: the whole model against one device would

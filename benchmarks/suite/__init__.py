@@ -6,8 +6,10 @@ parametrized items, collection-time skips), `warmup` and `peaks` (the per-cell f
 bodies), `partial` (a killed run's finished cells kept), `hostprobe` (the host probes' points
 between tests and their records), `roofline` (a cell's roofline fields),
 `tp/` (tensor-parallel cells: the collection-time reasons, the torchrun run per cell, the record
-replayed from the ranks' rounds) and `vs_optimum` (`python -m benchmarks.suite.vs_optimum`: the
-engine against optimum-benchmark's per-token timing). The test modules and `conftest.py` at
+replayed from the ranks' rounds), `interleave` and `groups` (a comparison group's variants timed
+in turn, for `test_interleaved`), `oplist` (the operators a profiled step ran) and `vs_optimum`
+(`python -m benchmarks.suite.vs_optimum`: the engine against optimum-benchmark's per-token
+timing). The test modules and `conftest.py` at
 `benchmarks/`' top import from here; nothing in `benchmarks.harness` does (the library never
 knows pytest).
 

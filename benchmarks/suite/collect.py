@@ -25,6 +25,7 @@ from benchmarks.harness.matrix.cells import Cell, Matrix
 from benchmarks.harness.plan import build_order
 from benchmarks.suite.configure import SHARD_IDS, models_dir_option
 from benchmarks.suite.engines import models_path, side
+from benchmarks.suite.groups import group_ranks
 from benchmarks.suite.rounds import MATRIX
 from benchmarks.suite.serve.cells import serve_cell_reason
 from benchmarks.suite.tp.cells import measurement_reason
@@ -36,7 +37,10 @@ MODULE_ORDER = {
     "test_kv_cache": 3,
     "test_overhead": 4,
     "test_serve": 5,
+    "test_interleaved": 6,
 }
+# Modules whose items run after the last cell of their comparison group (`groups.group_ranks`).
+GROUP_MODULES = frozenset({"test_interleaved"})
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -54,6 +58,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     # reason on every cell, so the run says what it did not measure.
     measurement = getattr(metafunc.module, "MEASUREMENT", None)
     left_out = measurement is not None and measurement not in matrix.measurements
+    # A module may name its own per-cell reason, `cell_reason(config, cell, reasons)`.
+    module_reason = getattr(metafunc.module, "cell_reason", None)
     # A tensor-parallel test (it takes `tp_run`) gets the tp > 1 cells only, and the single-
     # device test of its module (the module names it as `TP_TEST`) the others; a module without
     # one gets every cell, a tp > 1 cell skipped with its reason. `pytest_collection_modifyitems`
@@ -73,13 +79,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             first_of_build.setdefault(cell.build_key, cell.id)
     params = []
     for cell in cells:
-        reason = reasons[cell.id]
-        if reason is None and cell.tp_size > 1 and not tp_test:
-            reason = measurement_reason(metafunc.module.__name__)
-        if reason is None and left_out:
-            reason = f"{matrix.path.name} does not list `{measurement}` under measurements"
-        if reason is None:  # e.g. HF-generate comparisons of static/compiled or MLX cells
-            reason = side(cell).measurement_reason(cell, measurement)
+        reason = reasons[cell.id] or _module_reason(metafunc, cell, left_out, tp_test)
+        if reason is None and module_reason is not None:  # e.g. test_interleaved's groups
+            reason = module_reason(config, cell, reasons)
         if reason is None and once and first_of_build[cell.build_key] != cell.id:
             first = first_of_build[cell.build_key]
             reason = f"{metafunc.module.__name__} runs once per model, device and dtype: on {first}"
@@ -94,7 +96,27 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("cell", params, indirect=True)
 
 
+def _module_reason(
+    metafunc: pytest.Metafunc, cell: Cell, left_out: bool, tp_test: bool
+) -> str | None:
+    """Why this module skips a cell that runs here: a tp cell outside the tp test, a
+    measurement the matrix leaves out, or one the cell's engine has no comparison for."""
+    measurement = getattr(metafunc.module, "MEASUREMENT", None)
+    if cell.tp_size > 1 and not tp_test:
+        return measurement_reason(metafunc.module.__name__)
+    if left_out:
+        matrix = metafunc.config.stash[MATRIX]
+        return f"{matrix.path.name} does not list `{measurement}` under measurements"
+    # e.g. HF-generate comparisons of static/compiled or MLX cells
+    return side(cell).measurement_reason(cell, measurement)
+
+
 _SKIPS = pytest.StashKey["dict[str, str | None]"]()
+
+
+def skip_reasons(config: pytest.Config) -> dict[str, str | None]:
+    """Every cell's collection-time reason (None: it runs here), by cell id."""
+    return config.stash.setdefault(_SKIPS, {})
 
 
 def _skip_reason(config: pytest.Config, cell: Cell, models_dir: Path | None) -> str | None:
@@ -133,11 +155,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             config.hook.pytest_deselected(items=drop)
         items[:] = keep
     rank = build_order(matrix.cells)
+    last_of_group = group_ranks(matrix.cells, rank)
     # Stable sort: one (model, device, dtype) together, then cell by cell, then the measurements
-    # in the order a reader expects (prefill, decode, generate, kv).
+    # in the order a reader expects (prefill, decode, generate, kv); an interleaved group's
+    # items after its last cell, together.
     items.sort(
         key=lambda item: (
-            rank.get(_cell_id(item) or "", (-1, -1)),
+            (last_of_group if item.path.stem in GROUP_MODULES else rank).get(
+                _cell_id(item) or "", (-1, -1)
+            ),
             MODULE_ORDER.get(item.path.stem, len(MODULE_ORDER)),
         )
     )

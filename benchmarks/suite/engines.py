@@ -58,8 +58,13 @@ class TorchSide:
             or compat.unsupported_reason(load_model_spec(cell.model, models_dir).hf_config())
         )
         # A dtype this CPU only emulates (dtypespeed.py) is skipped with its measured ratio
-        # unless --allow-slow-dtypes; probed once per dtype, only for cells that run.
-        if reason is None and not config.getoption("allow_slow_dtypes"):
+        # unless --allow-slow-dtypes; probed once per dtype, only for cells that run. A
+        # quantization comparison is exempt (`slow_dtype_exempt`).
+        if (
+            reason is None
+            and not config.getoption("allow_slow_dtypes")
+            and not slow_dtype_exempt(cell)
+        ):
             reason = slow_dtype_reason(cell.device, cell.dtype)
         return reason
 
@@ -70,6 +75,18 @@ class TorchSide:
     def clock(self, cell: Cell) -> Callable[[], float]:
         """`synced_perf_counter` of the cell's device."""
         return synced_perf_counter(cell.device)
+
+
+def slow_dtype_exempt(cell: Cell) -> bool:
+    """Whether a cell runs in a dtype this CPU only emulates anyway: the cells of a matrix that
+    names `quant` or `kv_quant`, the dense one (`none`) included.
+
+    Their kernels are not F.linear's: PyTorch's CPU int4 kernel is vectorized for bfloat16 on
+    AVX2 as on AVX-512 (and only for bfloat16: `quant.methods.quant_timing_reason`), and the
+    ratio to the dense cell needs the dense cell in the same dtype. The machine's slow dtypes
+    are still recorded (`machine_info.phasebench.slow_dtypes`) beside the figures.
+    """
+    return cell.quant is not None or cell.kv_quant is not None
 
 
 def _mlx_only_reason(cell: Cell) -> str | None:

@@ -143,8 +143,9 @@ def start_record(benchmark: Any, run: CellRun, measurement: str) -> dict[str, An
     info["warmup_policy"] = run.warmup.policy
     info["thermal_before"] = dict(run.warmup.thermal_before)
     info.update(run.warmup.run_mode)  # compile cost of a compiled cell (DESIGN §9)
-    # A quantized cell's method, untimed quantization time and accuracy (untimed, measured once);
-    # an MLX cell's engine and versions.
+    # A quantized cell's method, quantization time and accuracy, as measured where its model was
+    # built and quantized (`modelcache.build_loaded`); an MLX cell's engine and versions. Read
+    # here, never measured.
     info.update(run.loaded.record_fields(cell))
     run.records.append(info)
     return info

@@ -10,7 +10,13 @@ unquantized on the same prompt:
   generated tokens (0..1);
 - the method's documented bounds, `accuracy_bound_max_abs_logit_delta` (a largest delta) and
   `accuracy_bound_top1_agreement_ratio` (a least agreement), and `accuracy_flag` (true when the
-  cell is outside a bound; the benchmark side decides it, this module reads it).
+  cell is outside a bound; the benchmark side decides it, this module reads it);
+- `quant_sqnr_db_min` (dB: the lowest SQNR of any quantized Linear on the cell's own inputs or
+  K/V layer as read back, against the dense model; `quant_sqnr_db_min_tensor` names it),
+  `quant_sqnr_db_weights_bound` / `quant_sqnr_db_kv_bound` (the methods' least SQNR, with
+  `quant_sqnr_db_weights_min` / `quant_sqnr_db_kv_min`), `quant_sqnr_db` (per kind, per layer)
+  and `quant_logits_kl` (nats: the mean KL divergence of the next-token distributions);
+- `weights_left_dense` (the Linears the method left dense, by kind, with the reason).
 
 A flag is said like an implausible change (`ACCURACY` lines in the gate, the headline, the
 report's box for a human), never judged:
@@ -79,6 +85,13 @@ class Accuracy:
     bound_max_abs_logit_delta: float | None
     bound_top1_agreement_ratio: float | None
     flagged: bool
+    sqnr_db_min: float | None = None
+    sqnr_db_min_tensor: str | None = None
+    sqnr_weights_db: tuple[float | None, float | None] = (None, None)  # (least, bound)
+    sqnr_kv_db: tuple[float | None, float | None] = (None, None)
+    logits_kl: float | None = None  # nats
+    sqnr_by_kind: tuple[tuple[str, tuple[float, ...]], ...] = ()
+    left_dense: tuple[tuple[str, int, str], ...] = ()  # (linears, count, reason)
 
     @property
     def mode(self) -> str:
@@ -86,13 +99,29 @@ class Accuracy:
         return f"{self.quant}/{self.kv_quant}"
 
     @property
+    def sqnr_outside(self) -> bool:
+        """Whether a quantized tensor's SQNR is under its method's bound (weights or cache)."""
+        return any(
+            _beyond(bound, least) for least, bound in (self.sqnr_weights_db, self.sqnr_kv_db)
+        )
+
+    def _named(self) -> bool:
+        """Whether some figure is out of its bound (else the flag names none of them)."""
+        return (
+            _beyond(self.max_abs_logit_delta, self.bound_max_abs_logit_delta)
+            or _beyond(self.bound_top1_agreement_ratio, self.top1_agreement_ratio)
+            or self.sqnr_outside
+        )
+
+    @property
     def delta_outside(self) -> bool:
-        """Whether max |Δ logit| is the figure out of its bound (both, for a flag that names
-        neither: the recorded flag is the benchmark side's word)."""
+        """Whether max |Δ logit| is the figure out of its bound (every figure, for a flag that
+        names none: the recorded flag is the benchmark side's word)."""
         if not self.flagged:
             return False
-        beyond = _beyond(self.max_abs_logit_delta, self.bound_max_abs_logit_delta)
-        return beyond or not _beyond(self.bound_top1_agreement_ratio, self.top1_agreement_ratio)
+        return (
+            _beyond(self.max_abs_logit_delta, self.bound_max_abs_logit_delta) or not self._named()
+        )
 
     @property
     def agreement_outside(self) -> bool:
@@ -100,7 +129,27 @@ class Accuracy:
         if not self.flagged:
             return False
         below = _beyond(self.bound_top1_agreement_ratio, self.top1_agreement_ratio)
-        return below or not _beyond(self.max_abs_logit_delta, self.bound_max_abs_logit_delta)
+        return below or not self._named()
+
+    @property
+    def sqnr_text(self) -> str:
+        """ "18.2 dB (bound 15)"; for weights and cache both, the one nearer its bound."""
+        least, bound = self._sqnr_nearest()
+        if least is None:
+            return "n/a"
+        shown = "n/a" if bound is None else f"{bound:.0f}"
+        return f"{least:.1f} dB (bound {shown})"
+
+    def _sqnr_nearest(self) -> tuple[float | None, float | None]:
+        pairs = [p for p in (self.sqnr_weights_db, self.sqnr_kv_db) if p[0] is not None]
+        if not pairs:
+            return self.sqnr_db_min, None
+        return min(pairs, key=lambda p: (p[0] or 0.0) - (p[1] or 0.0))
+
+    @property
+    def kl_text(self) -> str:
+        """ "3.1e-05" (nats)"""
+        return _figure(self.logits_kl, ".2g")
 
     @property
     def delta_text(self) -> str:
@@ -120,8 +169,13 @@ class Accuracy:
 
     @property
     def text(self) -> str:
-        """ "max |Δ logit| 3.2 (bound 0.5), top-1 agreement 0.406 (bound 0.8)" """
-        return f"max |Δ logit| {self.delta_text}, top-1 agreement {self.agreement_text}"
+        """ "max |Δ logit| 3.2 (bound 0.5), top-1 agreement 0.406 (bound 0.8)" and, where
+        recorded, ", SQNR min 0.0 dB (bound 15) at <tensor>" """
+        text = f"max |Δ logit| {self.delta_text}, top-1 agreement {self.agreement_text}"
+        if self.sqnr_db_min is not None:
+            where = f" at {self.sqnr_db_min_tensor}" if self.sqnr_db_min_tensor else ""
+            text += f", SQNR min {self.sqnr_text}{where}"
+        return text
 
     def line(self, machine_id: str) -> str:
         """The gate's line: "ACCURACY <cell> <quant>/<kv_quant>: <text> [<machine>]"."""
@@ -139,6 +193,7 @@ def record_accuracy(bench: BenchmarkResult) -> Accuracy | None:
         return None
     tokens = _number(extra.get("accuracy_tokens"))
     quant, kv_quant = quant_mode(bench.params)
+    tensor = extra.get("quant_sqnr_db_min_tensor")
     return Accuracy(
         cell_id=bench.cell_id,
         quant=quant,
@@ -149,7 +204,41 @@ def record_accuracy(bench: BenchmarkResult) -> Accuracy | None:
         bound_max_abs_logit_delta=_number(extra.get("accuracy_bound_max_abs_logit_delta")),
         bound_top1_agreement_ratio=_number(extra.get("accuracy_bound_top1_agreement_ratio")),
         flagged=extra.get("accuracy_flag") is True,
+        sqnr_db_min=_number(extra.get("quant_sqnr_db_min")),
+        sqnr_db_min_tensor=tensor if isinstance(tensor, str) else None,
+        sqnr_weights_db=(
+            _number(extra.get("quant_sqnr_db_weights_min")),
+            _number(extra.get("quant_sqnr_db_weights_bound")),
+        ),
+        sqnr_kv_db=(
+            _number(extra.get("quant_sqnr_db_kv_min")),
+            _number(extra.get("quant_sqnr_db_kv_bound")),
+        ),
+        logits_kl=_number(extra.get("quant_logits_kl")),
+        sqnr_by_kind=_by_kind(extra.get("quant_sqnr_db")),
+        left_dense=_left_dense(extra.get("weights_left_dense")),
     )
+
+
+def _by_kind(raw: object) -> tuple[tuple[str, tuple[float, ...]], ...]:
+    if not isinstance(raw, Mapping):
+        return ()
+    return tuple(
+        (str(kind), tuple(v for v in (_number(x) for x in values) if v is not None))
+        for kind, values in raw.items()
+        if isinstance(values, list)
+    )
+
+
+def _left_dense(raw: object) -> tuple[tuple[str, int, str], ...]:
+    if not isinstance(raw, list):
+        return ()
+    found = []
+    for entry in raw:
+        if isinstance(entry, Mapping) and isinstance(entry.get("linears"), str):
+            count = _number(entry.get("count"))
+            found.append((entry["linears"], int(count or 0), str(entry.get("reason", ""))))
+    return tuple(found)
 
 
 def cell_accuracy(benchmarks: Iterable[BenchmarkResult]) -> dict[str, Accuracy]:

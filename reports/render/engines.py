@@ -31,8 +31,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from reports.history.runfile import BenchmarkResult, Scalar
-from reports.render.quant import NO_RATIO, TIMES, Group, group_title, newest_runs, value_text
+from reports.render.quant import Group, group_title
 from reports.render.tables import PEAK_MEMORY_FIELDS
+from reports.render.viewtext import NO_RATIO, TIMES, newest_runs, value_text
 
 VERB, HELP = "engines", "torch vs MLX side by side per model x dtype x P x N"
 ENGINES = ("torch", "mlx")

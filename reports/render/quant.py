@@ -7,7 +7,10 @@ does not name is `none`). One `QuantTable` per group, one `QuantRow` per (quant,
 explicit `kv_group_size` / `kv_residual`, each cell's figures joined over its benchmarks
 (prefill, decode, generate, in that order of preference):
 
-- `prefill_tok_per_s`, `decode_tok_per_s` (extra_info of those names);
+- `prefill_tok_per_s`, `decode_tok_per_s` (extra_info of those names; the interleaved records'
+  first, `benchmarks/test_interleaved.py`, whose rounds were timed in turn with the dense
+  cell's);
+- `decode_bytes_per_s`: the bytes a decode step must move (weights, KV) per second achieved;
 - `weights_bytes`: the stored bytes (quantized storage with its scales and zeros);
 - `kv_bytes_per_token`: `kv_quant_bytes_per_token` where the cell quantizes its KV (packed
   bytes per cached position, scales amortized), else the dense `kv_bytes_per_token`;
@@ -16,12 +19,15 @@ explicit `kv_group_size` / `kv_residual`, each cell's figures joined over its be
 
 Each figure comes with its ratio to the same figure of the group's unquantized row (quant
 `none`, kv_quant `none`), printed with a times sign: 2.10 is twice as fast, 0.27 a quarter of
-the bytes. `—` where that row or either figure is missing, or the two peaks are different
-fields (an allocator peak over an RSS is no ratio): never a made-up ratio. Accuracy has no
-ratio: it is already measured against the unquantized model (whose own delta is 0); it is
-shown with its method's bound, `⚑` where outside it. `markdown(tables)` renders them for
-`python -m reports quant` (`print_paths`) and summary.md; the report's template the HTML, from
-the same texts.
+the bytes. The tok/s ratios of cells timed in turn with the dense one are the paired speed-up
+with its 95 % interval (`reports.analysis.speedup`: "1.54 [1.48, 1.60]"); otherwise the ratio
+of two figures timed apart, marked `~`. `—` where that row or either figure is missing, or the
+two peaks are different fields (an allocator peak over an RSS is no ratio): never a made-up
+ratio. Accuracy has no ratio: it is already measured against the unquantized model; SQNR min
+(dB, with its bound), KL (nats) and top-1 agreement (with its bound) are shown, `⚑` where
+outside a bound, and the Linears a method left dense are listed under the table.
+`markdown(tables)` renders them for `python -m reports quant` (`print_paths`) and summary.md;
+the report's template the HTML, from the same texts.
 
 Deliberately not here: judging (the current run's figures, no verdicts), accuracy bounds (the
 benchmark side records them). Imports neither torch nor benchmarks.* (DESIGN §1).
@@ -29,10 +35,8 @@ benchmark side records them). Imports neither torch nor benchmarks.* (DESIGN §1
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 from reports.analysis.accuracy import (
     NOT_QUANTIZED,
@@ -43,10 +47,13 @@ from reports.analysis.accuracy import (
     is_quantized,
     quant_mode,
 )
-from reports.errors import ReportError
-from reports.history.load import Run, group_runs
-from reports.history.runfile import BenchmarkResult, Scalar, iter_json_files, load_files
+from reports.analysis.speedup import Speedup, paired_speedup
+from reports.history.runfile import BenchmarkResult, Scalar
 from reports.render.tables import PEAK_MEMORY_FIELDS
+from reports.render.viewtext import NO_RATIO, TIMES, newest_runs, ratio_text, value_text
+
+# Re-exported for the views and tests that import them from here.
+__all__ = ["NO_RATIO", "newest_runs", "ratio_text", "value_text"]
 
 VERB, HELP = "quant", "speed, bytes and accuracy per quant x kv_quant"  # python -m reports quant
 KV_QUANT_SETTINGS = ("kv_group_size", "kv_residual")
@@ -54,21 +61,23 @@ _SETTING_PREFIX = {"kv_group_size": "g", "kv_residual": "r"}
 _GROUP_ORDER = ("model", "device", "dtype", "batch", "prompt_len", "new_tokens")
 _AXIS_ORDER = {
     "quant": ("none", "int8wo", "int8dq", "int4wo-g32", "int4wo-g64", "int4wo-g128", "fp8wo",
-              "fp8dq", "nf4", "bnb8"),
+              "fp8dq", "nf4", "bnb8", "gemlite4-g64", "gemlite8"),
     "kv_quant": ("none", "fp8", "hqq2", "hqq4", "hqq8", "quanto2", "quanto4"),
 }  # fmt: skip
-_MEASUREMENT_ORDER = ("prefill", "decode", "generate")
+_MEASUREMENT_ORDER = ("interleaved_prefill", "interleaved_decode", "prefill", "decode", "generate")
 #: The figures of a row (name, column header), in column order; names carry the unit.
 FIGURES = (
     ("prefill_tok_per_s", "prefill tok/s"),
     ("decode_tok_per_s", "decode tok/s"),
+    ("decode_bytes_per_s", "GB/s achieved"),
     ("weights_bytes", "weights (stored)"),
     ("kv_bytes_per_token", "KV bytes/token"),
     ("peak_memory_bytes", "peak memory"),
 )
-NO_RATIO = "\u2014"  # an em dash: no ratio (no baseline row, or a figure missing)
+#: The speed figures whose ratio comes from interleaved rounds, and the records that hold them.
+PAIRED = {"prefill_tok_per_s": "interleaved_prefill", "decode_tok_per_s": "interleaved_decode"}
+APPROX = "~"  # before a ratio of two figures timed apart (no interleaved rounds)
 FLAG = "\u2691"  # a flag: outside the method's accuracy bound
-TIMES = "\u00d7"
 
 Group = tuple[tuple[str, Scalar], ...]
 Mode = tuple[str, str, tuple[tuple[str, Scalar], ...]]
@@ -87,6 +96,12 @@ class QuantRow:
     peak_memory_field: str | None = None  # which of PEAK_MEMORY_FIELDS `peak_memory_bytes` is
     ratios: Mapping[str, float | None] = field(default_factory=dict)
     accuracy: Accuracy | None = None
+    # The paired speed-ups of `PAIRED` figures (interleaved rounds), with their intervals.
+    speedups: Mapping[str, Speedup | None] = field(default_factory=dict)
+    # Per `PAIRED` figure: (own rounds, the dense rounds paired with them, the dense cell id).
+    pairs: Mapping[str, tuple[tuple[float, ...], tuple[float, ...], str]] = field(
+        default_factory=dict
+    )
 
     @property
     def is_baseline(self) -> bool:
@@ -177,11 +192,34 @@ def _row(mode: Mode, benches: Sequence[BenchmarkResult], accuracy: Accuracy | No
     values = {
         "prefill_tok_per_s": _first(benches, "prefill_tok_per_s"),
         "decode_tok_per_s": _first(benches, "decode_tok_per_s"),
+        "decode_bytes_per_s": _first(benches, "decode_bytes_per_s"),
         "weights_bytes": _first(benches, "weights_bytes"),
         "kv_bytes_per_token": _first(benches, kv_field),
         "peak_memory_bytes": None if peak_field is None else _first(benches, peak_field),
     }
-    return QuantRow(quant, kv_quant, settings, benches[0].cell_id, values, peak_field, {}, accuracy)
+    pairs = {}
+    for name, measurement in PAIRED.items():
+        found = next((b for b in benches if b.extra.get("measurement") == measurement), None)
+        dense = None if found is None else found.extra.get("interleaved_dense_rounds_s")
+        dense_id = None if found is None else found.extra.get("interleaved_dense_cell_id")
+        if found is not None and isinstance(dense, list) and isinstance(dense_id, str):
+            numbers = tuple(float(x) for x in dense if _number(x) is not None)
+            pairs[name] = (found.rounds_s, numbers, dense_id)
+    return QuantRow(
+        quant, kv_quant, settings, benches[0].cell_id, values, peak_field, {}, accuracy,
+        pairs=pairs,
+    )  # fmt: skip
+
+
+def _speedup(row: QuantRow, base: QuantRow | None, name: str) -> Speedup | None:
+    """The paired speed-up of a `PAIRED` figure, when its rounds were paired with the group's
+    own unquantized row (the same cell id)."""
+    if base is None or row.is_baseline or name not in row.pairs:
+        return None
+    rounds, dense, dense_id = row.pairs[name]
+    if dense_id != base.cell_id or min((*rounds, *dense), default=0.0) <= 0:
+        return None
+    return paired_speedup(dense, rounds)
 
 
 def _ratio(row: QuantRow, base: QuantRow | None, name: str) -> float | None:
@@ -212,8 +250,14 @@ def quant_tables(benchmarks: Iterable[BenchmarkResult]) -> list[QuantTable]:
             for mode in sorted(modes, key=_mode_key)
         ]
         base = next((r for r in rows if r.is_baseline), None)
-        ratios = [{n: _ratio(r, base, n) for n, _ in FIGURES} for r in rows]
-        with_ratios = (replace(r, ratios=q) for r, q in zip(rows, ratios, strict=True))
+        speedups = [{n: _speedup(r, base, n) for n in PAIRED} for r in rows]
+        ratios = [
+            {n: (p[n].ratio if p.get(n) else _ratio(r, base, n)) for n, _ in FIGURES}  # type: ignore[union-attr]
+            for r, p in zip(rows, speedups, strict=True)
+        ]
+        with_ratios = (
+            replace(r, ratios=q, speedups=p) for r, q, p in zip(rows, ratios, speedups, strict=True)
+        )
         tables.append(QuantTable(group, tuple(with_ratios)))
     return sorted(tables, key=lambda t: t.title)
 
@@ -223,21 +267,15 @@ def has_quantized_cells(benchmarks: Iterable[BenchmarkResult]) -> bool:
     return any(is_quantized(b.params) for b in benchmarks)
 
 
-def ratio_text(ratio: float | None) -> str:
-    """'2.10' and a times sign, or '—' without a ratio."""
-    return NO_RATIO if ratio is None else f"{ratio:.2f}{TIMES}"
-
-
-def value_text(value: float | None, name: str) -> str:
-    """A figure in its unit: '1.23k tok/s', '3.50 MiB', '136 B'; 'n/a' when not recorded."""
-    if value is None:
-        return "n/a"
-    if name.endswith("_tok_per_s"):
-        return f"{value / 1e3:.3g}k tok/s" if abs(value) >= 1e3 else f"{value:.3g} tok/s"
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(value) >= size:
-            return f"{value / size:.2f} {unit}"
-    return f"{value:,.4g} B"
+def row_ratio_text(row: QuantRow, name: str) -> str:
+    """A figure's ratio as the row shows it: paired with its interval for a speed figure timed
+    in turn with the dense cell, `~` before a speed ratio of figures timed apart."""
+    ratio = row.ratios.get(name)
+    speedup = row.speedups.get(name)
+    text = ratio_text(ratio, speedup)
+    if name in PAIRED and ratio is not None and speedup is None:
+        return APPROX + text
+    return text
 
 
 def figure_text(row: QuantRow, name: str) -> str:
@@ -248,19 +286,56 @@ def figure_text(row: QuantRow, name: str) -> str:
         return NO_RATIO
     if row.is_baseline:
         return value_text(value, name)
-    return f"{value_text(value, name)} ({ratio_text(row.ratios.get(name))})"
+    return f"{value_text(value, name)} ({row_ratio_text(row, name)})"
 
 
-def accuracy_cells(row: QuantRow) -> tuple[str, str]:
-    """(max |Δ logit|, top-1 agreement) texts with their bounds, '⚑ ' before one outside it;
-    '—' for a cell without accuracy (the unquantized row is the reference)."""
+ACCURACY_HEADS = ("SQNR min", "KL (nats)", "top-1 agreement")
+
+
+def accuracy_cells(row: QuantRow) -> tuple[str, str, str]:
+    """(SQNR min, KL, top-1 agreement) texts, SQNR and agreement with their bounds, '⚑ ' before
+    one outside it; '—' for a cell without accuracy (the unquantized row is the reference)."""
     acc = row.accuracy
     if acc is None:
-        return NO_RATIO, NO_RATIO
+        return NO_RATIO, NO_RATIO, NO_RATIO
     return (
-        f"{FLAG} {acc.delta_text}" if acc.delta_outside else acc.delta_text,
+        f"{FLAG} {acc.sqnr_text}" if acc.sqnr_outside else acc.sqnr_text,
+        acc.kl_text,
         f"{FLAG} {acc.agreement_text}" if acc.agreement_outside else acc.agreement_text,
     )
+
+
+def left_dense_lines(table: QuantTable) -> list[str]:
+    """ "int4wo-g128: model.layers.*.mlp.gate_proj x30 (K=576 is not ...)" per method and kind
+    of Linear it left dense; the LM head, dense for every method by design, is left out."""
+    lines = []
+    for row in table.rows:
+        dense = [] if row.accuracy is None else row.accuracy.left_dense
+        kept = [(what, n, why) for what, n, why in dense if "LM head" not in why]
+        if kept:
+            parts = "; ".join(f"{what} {TIMES}{n} ({why})" for what, n, why in kept)
+            lines.append(f"{row.label}: {parts}")
+    return lines
+
+
+def sqnr_rows(table: QuantTable) -> list[tuple[str, str, str, str, str]]:
+    """The detail view: per row and kind of quantized tensor, (row label, kind, least dB,
+    median dB, every layer's dB in order)."""
+    found = []
+    for row in table.rows:
+        for kind, values in () if row.accuracy is None else row.accuracy.sqnr_by_kind:
+            if values:
+                ordered = sorted(values)
+                middle = ordered[len(ordered) // 2]
+                layers = " ".join(f"{v:.1f}" for v in values)
+                found.append((row.label, kind, f"{ordered[0]:.1f}", f"{middle:.1f}", layers))
+    return found
+
+
+def sqnr_detail(row: QuantRow) -> str:
+    """ "self_attn.q_proj 41.2..43.0 dB; mlp.down_proj 38.1..40.2 dB" for a hover."""
+    kinds = () if row.accuracy is None else row.accuracy.sqnr_by_kind
+    return "; ".join(f"{k} {min(v):.1f}..{max(v):.1f} dB" for k, v in kinds if v)
 
 
 def markdown(tables: Sequence[QuantTable], heading: str = "####") -> str:
@@ -270,35 +345,18 @@ def markdown(tables: Sequence[QuantTable], heading: str = "####") -> str:
         note = "" if table.baseline else " (no unquantized cell: no ratios)"
         parts.append(f"{heading} {table.title}{note}\n")
         heads = [head for _, head in table.columns]
-        parts.append(
-            "| quant / kv_quant | " + " | ".join(heads) + " | max abs Δ logit | top-1 agreement |"
-        )
-        parts.append("| --- |" + " ---: |" * (len(heads) + 2))
+        parts.append("| quant / kv_quant | " + " | ".join([*heads, *ACCURACY_HEADS]) + " |")
+        parts.append("| --- |" + " ---: |" * (len(heads) + len(ACCURACY_HEADS)))
         for row in table.rows:
             label = f"{row.label} (baseline)" if row.is_baseline else row.label
             cells = [figure_text(row, name) for name, _ in table.columns]
             parts.append(f"| {label} | " + " | ".join([*cells, *accuracy_cells(row)]) + " |")
+        dense = left_dense_lines(table)
+        if dense:
+            parts.append("")
+            parts.append("Linears left dense: " + " · ".join(dense))
         parts.append("")
     return "\n".join(parts)
-
-
-def newest_runs(paths: Sequence[str]) -> list[tuple[str, Run]]:
-    """Each machine's newest run (the report's current run) under the paths, by machine id.
-    ReportError (one line, exit 2) for a missing path, a named file that cannot be read or no
-    run at all; an unreadable file inside a directory is named on stderr."""
-    files, skipped = load_files(iter_json_files([Path(p) for p in paths]))
-    loaded = {f.path for f in files}
-    named = {str(Path(p)) for p in paths}
-    bad = [s for s in skipped if s.path in named and s.path not in loaded]
-    if bad:
-        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
-        why = f"{bad[0].path}: {bad[0].reason}{more}"
-        raise ReportError(f"{why}: pass pytest-benchmark JSON files or a history directory")
-    if not files:
-        raise ReportError(f"no benchmark run under {', '.join(paths)}: pass a .benchmarks folder")
-    for skip in skipped:
-        print(f"skipped {skip.path}: {skip.reason}", file=sys.stderr)
-    return [(machine, runs[-1]) for machine, runs in sorted(group_runs(files).items())]
 
 
 def print_paths(paths: Sequence[str]) -> int:

@@ -55,3 +55,36 @@ def test_a_failed_build_is_remembered_and_not_retried(tmp_path):
         cache.get(cell(model="tiny-x", prompt_len=32))
     assert sum(e.startswith("building tiny-x") and "..." in e for e in events) == 1
     assert cache.get(cell()).model is not None  # the next model still builds
+
+
+def test_a_quantized_build_measures_accuracy_once_where_it_quantizes(tmp_path, monkeypatch):
+    """On a local checkpoint (`source: checkpoint` in `--models-dir`) as on random weights: the
+    build measures every quantized cell's SQNR and KL once, and the record only reads them."""
+    pytest.importorskip("torchao")
+    import torch  # noqa: PLC0415
+    import transformers  # noqa: PLC0415
+
+    from benchmarks.harness import modelcache  # noqa: PLC0415
+    from benchmarks.harness.model.models import load_model_spec  # noqa: PLC0415
+
+    config = load_model_spec("tiny-llama", MODELS).hf_config()
+    torch.manual_seed(0)
+    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path / "ckpt")
+    (tmp_path / "tiny-ckpt.yaml").write_text(
+        f"schema: 1\nname: tiny-ckpt\nsource: checkpoint\ncheckpoint: {tmp_path / 'ckpt'}\n"
+    )
+    dense = Cell("tiny-ckpt", "cpu", "float32", 1, 16, 4, 0, 1, 0, quant="none")
+    int8 = Cell("tiny-ckpt", "cpu", "float32", 1, 16, 4, 0, 1, 0, quant="int8wo")
+    cache = ModelCache(tmp_path, cells=(dense, int8))
+    loaded = cache.get(int8)
+    fields = cache.measured[int8.id]
+    assert fields["quant_sqnr_db_weights_bound"] < fields["quant_sqnr_db_min"] < 200.0
+    assert fields["quant_logits_kl"] > 0.0
+    assert fields["accuracy_flag"] is False
+
+    def no_forward(*_args, **_kwargs):
+        raise AssertionError("record assembly ran the model again")
+
+    monkeypatch.setattr(modelcache, "measure_accuracy", no_forward)
+    assert modelcache.quant_fields(int8, loaded) == fields  # read, not measured
+    assert modelcache.quant_fields(dense, cache.get(dense)) == {}

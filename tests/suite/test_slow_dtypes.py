@@ -111,12 +111,12 @@ def test_bfloat16_without_its_native_kernels_is_detected_as_slow():
 # --- the suite: skipped at collection unless --allow-slow-dtypes -----------------------------
 
 
-def run_suite(pytester, monkeypatch, *args, env):
+def run_suite(pytester, monkeypatch, *args, env, axes=""):
     matrix = pytester.path / "m.yaml"
     matrix.write_text(
         "schema: 1\nmodels: [tiny-llama]\ndevices: [cpu]\ndtypes: [float32, bfloat16]\n"
         "batch: [1]\nprompt_len: [8]\nnew_tokens: [2]\nmeasurements: [prefill]\n"
-        "warmup: 0\nrounds: 1\nseed: 0\n",
+        f"warmup: 0\nrounds: 1\nseed: 0\n{axes}",
         encoding="utf-8",
     )
     for name, value in env.items():
@@ -163,3 +163,23 @@ def test_allow_slow_dtypes_runs_them_anyway(pytester, monkeypatch):
     result.assert_outcomes(passed=2)
     # Not probed when allowed: the record says nothing it did not measure.
     assert saved_machine_info(pytester)["slow_dtypes"] == {}
+
+
+def test_a_quantization_comparison_is_exempt_dense_cell_included():
+    from benchmarks.harness.matrix.cells import Cell  # noqa: PLC0415
+    from benchmarks.suite.engines import slow_dtype_exempt  # noqa: PLC0415
+
+    def cell(**axes):
+        return Cell("tiny-llama", "cpu", "bfloat16", 1, 8, 2, 0, 1, 0, **axes)
+
+    assert slow_dtype_exempt(cell(quant="int4wo-g32"))
+    assert slow_dtype_exempt(cell(quant="none"))  # the dense cell the ratios are to
+    assert slow_dtype_exempt(cell(kv_quant="hqq4"))
+    assert not slow_dtype_exempt(cell())
+
+
+@x86_only
+def test_emulated_bfloat16_quant_cells_still_run(pytester, monkeypatch):
+    pytest.importorskip("torchao")
+    result = run_suite(pytester, monkeypatch, env=EMULATE_AVX2, axes="quant: [none, int8wo]\n")
+    result.assert_outcomes(passed=4)  # float32 and bfloat16, dense and int8wo

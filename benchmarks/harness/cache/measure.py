@@ -2,7 +2,7 @@
 
 `measure_kv(cache)` walks a transformers cache (dynamic, static, sliding, hybrid, quantized,
 the legacy tuple form, or None) and sums its K/V tensors; `kv.analytic_kv` (or, for a quantized
-cache, `quantized_kv.analytic_quantized_kv`) is what it must equal. Recurrent and conv state of
+cache, `kvquant.kvbytes.analytic_quantized_kv`) is what it must equal. Recurrent and conv state of
 linear-attention and Mamba layers is counted apart (`state_bytes`).
 
 A quantized layer counts every tensor it stores (`stored_tensors`): fp8's data and float32

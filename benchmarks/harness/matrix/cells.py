@@ -67,6 +67,8 @@ SETTING_MINIMUM: dict[str, int] = {"warmup": 0, "rounds": 1, "seed": 0, "min_tim
 # optional and defaults to all of them. A module left out is skipped with that reason. The KV
 # assertion (test_kv_cache) is not among them: it runs on every cell (DESIGN §4).
 MEASUREMENTS = ("prefill", "decode", "generate", "overhead", "serve")
+# Measurements a matrix runs only when its `measurements:` names them (not in the default).
+OPT_IN_MEASUREMENTS = ("interleaved",)
 TOP_LEVEL_KEYS = (
     "schema",
     "description",

@@ -21,6 +21,7 @@ from benchmarks.harness.matrix.cells import (
     DEFAULT_SETTINGS,
     KV_QUANT_SETTINGS,
     MEASUREMENTS,
+    OPT_IN_MEASUREMENTS,
     SCHEMA,
     SETTING_MINIMUM,
     TOP_LEVEL_KEYS,
@@ -167,16 +168,18 @@ def _optional_axes(data: Mapping[str, Any], prefix: str) -> dict[str, list[Any]]
 
 
 def _measurements(raw: Any, where: str) -> tuple[str, ...]:
+    allowed = (*MEASUREMENTS, *OPT_IN_MEASUREMENTS)
     if not isinstance(raw, list) or not raw:
         raise MatrixError(
-            f"{where}: measurements must be a non-empty list of {', '.join(MEASUREMENTS)}; "
-            "leave the key out to run them all"
+            f"{where}: measurements must be a non-empty list of {', '.join(allowed)}; "
+            f"leave the key out to run {', '.join(MEASUREMENTS)} ({', '.join(OPT_IN_MEASUREMENTS)} "
+            "only when named)"
         )
     for name in raw:
-        if name not in MEASUREMENTS:
+        if name not in allowed:
             raise MatrixError(
                 f"{where}: measurements: unknown measurement {name!r}"
-                f"{did_you_mean(str(name), MEASUREMENTS)}; allowed: {', '.join(MEASUREMENTS)}"
+                f"{did_you_mean(str(name), allowed)}; allowed: {', '.join(allowed)}"
             )
     return tuple(dict.fromkeys(raw))
 

@@ -2,37 +2,55 @@
 
 A faster cell that computes something else is no win. Before a model's weights are quantized, the
 suite runs the dense model once per quantized cell's prompt (`reference_outputs`, untimed): the
-logits of the prompt's last position and the N greedy tokens. The quantized cell then runs
-*teacher-forced* on those tokens (`measure_accuracy`, untimed): its prefill on the same prompt,
-then one decode step per reference token, with the cell's own cache (a quantized KV cache
-included). Recorded:
+logits of the prompt's last position, the N greedy tokens, and every decoder Linear's input and
+output at the prefill (`sqnr.capture_linears`). Right after quantizing (untimed, once per cell,
+where the model is built: `modelcache`), the quantized model runs each Linear on its own
+captured input, and *teacher-forced* on the reference tokens (`measure_accuracy`): its prefill on
+the same prompt, then one decode step per reference token, with the cell's own cache (a quantized
+KV cache included: what each layer writes to it at the prefill and reads back at the first step
+are kept, `sqnr.capture_kv`). Recorded (`Accuracy.fields`):
 
-* `accuracy_max_abs_logit_delta`: max |logit - reference logit| over the batch, the vocabulary
-  and the first `LOGIT_POSITIONS` generated positions (the prefill's and the first decode
-  steps': a quantized KV cache changes nothing in the prefill's own logits, which attend to the
-  unquantized K/V, only the steps that read it back); logits are unitless;
-* `accuracy_top1_agreement_ratio`: the fraction of the N positions whose argmax equals the
-  reference token (teacher forcing: one early disagreement does not derail the rest);
-* the bounds (`ACCURACY_BOUNDS`): per method, a multiple of the reference logits' standard
-  deviation (over the kept positions), and a least agreement; `accuracy_flag` is true when
-  either is crossed.
+* `quant_sqnr_db_min`: the lowest SQNR in dB (`sqnr`) over every quantized Linear (on the cell's
+  own inputs, against the dense outputs) and, for a quantized cache, every layer's K and V as the
+  attention reads them back against what the same model wrote (the cache's own error, whatever
+  the weights are); `quant_sqnr_db` per kind and layer; the method's bound
+  (`SQNR_BOUNDS_DB`) for the weights and the cache apart. This is the check that fails a broken
+  path at every bit width (a scale applied twice reads 0 dB);
+* `quant_logits_kl`: the mean KL divergence (nats) of the next-token distributions from the
+  dense ones over the first `LOGIT_POSITIONS` generated positions, `quant_logits_kl_max` the
+  largest;
+* `accuracy_max_abs_logit_delta` (unitless logits, over the same positions; the prefill's own
+  logits see an unquantized K/V, so a quantized cache shows in the steps that read it back) and
+  `accuracy_top1_agreement_ratio` (teacher-forced top-1 agreement over the N tokens), each with
+  its bound (`ACCURACY_BOUNDS`);
+* `accuracy_flag`: true when any bound is crossed.
 
-The bounds were measured on this project's random-weight models (docs/quantization.md, "Accuracy
-bounds"): random weights give nearly flat logits, where an argmax flips at the slightest
-change, so the agreement bounds are loose on purpose and a flag means a broken path (a kernel
-computing garbage, a scale applied twice), not a slightly lossy one.
+The logit bounds were measured on this project's random-weight models (docs/quantization.md):
+random weights give nearly flat logits, where an argmax flips at the slightest change, so they
+are loose and the 4- and 2-bit agreement bounds are 0; the SQNR bounds are what can fail there.
 
 It deliberately does not time anything.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from contextlib import nullcontext
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from benchmarks.harness.model import compat
+from benchmarks.harness.quant.sqnr import (
+    SQNR_TOKENS,
+    KVCapture,
+    LinearCapture,
+    by_kind,
+    capture_kv,
+    capture_linears,
+    kv_sqnr_db,
+    linear_sqnr_db,
+)
 
 
 @dataclass(frozen=True)
@@ -43,28 +61,57 @@ class Bound:
     top1_agreement_ratio: float
 
 
-# Measured (docs/quantization.md, "Accuracy bounds"): the worst |Δ logit| / std and the least
-# agreement over tiny-llama and tiny-qwen2 (float32, bfloat16) and smollm2-135m (float32), seeds
-# 0-2, P = 64, N = 24, on CPU; the bound is 1.5x that worst delta (rounded up to 0.1 std) and half
+# Measured (docs/quantization.md, "Accuracy bounds"; `python -m benchmarks.calibration.
+# accuracy_bounds`): the worst |Δ logit| / std and the least agreement over tiny-llama and
+# tiny-qwen2 (float32, bfloat16, seeds 0-2) and smollm2-135m (float32, bfloat16, seeds 0-1),
+# P = 64, N = 24, on CPU; the bound is 1.5x that worst delta (rounded up to 0.1 std) and half
 # that least agreement (rounded down to 0.05). The worst case was smollm2-135m every time: 30
-# random layers amplify any perturbation. fp8dq (CUDA only) takes fp8wo's bound, unmeasured. A KV
-# method's bound combines with its weight method's.
+# random layers amplify any perturbation. Methods that run on CUDA only take their CPU twin's
+# bound, unmeasured. A KV method's bound combines with its weight method's.
 ACCURACY_BOUNDS: dict[str, Bound] = {
-    "int8wo": Bound(0.8, 0.4),  # worst 0.511 std, least agreement 0.875
-    "int8dq": Bound(1.2, 0.35),  # 0.762, 0.708
-    "int4wo-g32": Bound(6.2, 0.0),  # 4.113, 0.000
-    "int4wo-g64": Bound(6.5, 0.0),  # 4.279, 0.000
-    "int4wo-g128": Bound(3.2, 0.1),  # 2.107, 0.208
-    "fp8wo": Bound(2.4, 0.25),  # 1.586, 0.500
-    "fp8dq": Bound(2.4, 0.25),  # fp8wo's, unmeasured (needs sm89+)
-    "nf4": Bound(6.8, 0.0),  # 4.489, 0.000
-    "bnb8": Bound(0.8, 0.35),  # 0.494, 0.750
-    "fp8": Bound(1.2, 0.35),  # 0.792, 0.750
+    "int8wo": Bound(0.8, 0.25),  # worst 0.526 std, least agreement 0.542
+    "int8dq": Bound(1.2, 0.25),  # 0.796, 0.542
+    "int4wo-g32": Bound(6.9, 0.0),  # 4.558, 0.000
+    "int4wo-g64": Bound(6.7, 0.0),  # 4.459, 0.000
+    "int4wo-g128": Bound(3.2, 0.05),  # 2.107, 0.125
+    "fp8wo": Bound(2.7, 0.15),  # 1.769, 0.375
+    "fp8dq": Bound(2.7, 0.15),  # fp8wo's, unmeasured (needs sm89+)
+    "nf4": Bound(6.8, 0.0),  # 4.533, 0.000
+    "bnb8": Bound(1.2, 0.25),  # 0.749, 0.583
+    "gemlite4-g64": Bound(6.7, 0.0),  # int4wo-g64's, unmeasured (CUDA only)
+    "gemlite8": Bound(0.8, 0.25),  # int8wo's, unmeasured (CUDA only)
+    "fp8": Bound(1.4, 0.25),  # 0.886, 0.583
     "hqq2": Bound(7.9, 0.0),  # 5.260, 0.042
-    "hqq4": Bound(3.6, 0.15),  # 2.384, 0.375
-    "hqq8": Bound(0.3, 0.45),  # 0.135, 0.917
-    "quanto2": Bound(7.6, 0.0),  # 5.012, 0.042
-    "quanto4": Bound(3.4, 0.15),  # 2.228, 0.333
+    "hqq4": Bound(3.6, 0.1),  # 2.384, 0.250
+    "hqq8": Bound(0.6, 0.35),  # 0.386, 0.750
+    "quanto2": Bound(7.8, 0.0),  # 5.182, 0.042
+    "quanto4": Bound(4.2, 0.15),  # 2.756, 0.333
+}
+
+# The least SQNR in dB a method's quantized tensors may show (per Linear on its own inputs; per
+# K or V layer as the attention reads it), tuned from measurement on the same runs (the least
+# value, in the comment): that least less one bit (6 dB; half the least where that is less, so
+# a 2-bit bound stays above the 0 dB of a doubled scale), rounded down, never above the field's
+# figure (int8 / fp8 30 dB, 4 bits 15 dB; torchao's own tests assert 20 dB). A scale applied
+# twice reads 0 dB whatever the bit width: far below every bound.
+SQNR_BOUNDS_DB: dict[str, float] = {
+    "int8wo": 30.0,  # least 41.1 dB
+    "int8dq": 26.0,  # 32.1
+    "bnb8": 27.0,  # 33.5
+    "fp8wo": 24.0,  # 30.9
+    "fp8dq": 24.0,  # fp8wo's, unmeasured (needs sm89+)
+    "int4wo-g32": 14.0,  # 20.7
+    "int4wo-g64": 13.0,  # 19.8
+    "int4wo-g128": 13.0,  # 19.4
+    "nf4": 13.0,  # 19.8
+    "gemlite4-g64": 13.0,  # int4wo-g64's, unmeasured (CUDA only)
+    "gemlite8": 30.0,  # int8wo's, unmeasured (CUDA only)
+    "fp8": 23.0,  # 29.3
+    "hqq8": 30.0,  # 38.4
+    "hqq4": 14.0,  # 20.1
+    "quanto4": 13.0,  # 19.3
+    "hqq2": 3.0,  # 7.0
+    "quanto2": 3.0,  # 6.4
 }
 
 
@@ -77,11 +124,13 @@ LOGIT_POSITIONS = 16
 @dataclass(frozen=True, eq=False)
 class Reference:
     """The dense model's outputs on one prompt: logits `[B, S, V]` of the first S generated
-    positions (S = min(N, LOGIT_POSITIONS)) and the N greedy tokens `[B, N]`."""
+    positions (S = min(N, LOGIT_POSITIONS)), the N greedy tokens `[B, N]`, and every decoder
+    Linear's input and output at the prefill."""
 
     prompt: torch.Tensor  # [B, P] on the host
     logits: torch.Tensor  # float32, on the host
     tokens: torch.Tensor  # [B, N] on the host
+    linears: dict[str, LinearCapture] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -93,17 +142,50 @@ class Accuracy:
     tokens: int
     bound_max_abs_logit_delta: float
     bound_top1_agreement_ratio: float
+    logit_delta_by_position: tuple[float, ...] = ()
+    logits_kl: float = 0.0  # mean over batch and kept positions, nats
+    logits_kl_max: float = 0.0
+    # SQNR in dB per quantized tensor ("model.layers.3.mlp.down_proj", "kv.keys.3", ...).
+    sqnr_db: dict[str, float] = field(default_factory=dict)
+    sqnr_bound_weights_db: float | None = None
+    sqnr_bound_kv_db: float | None = None
+
+    def _minimum(self, kv: bool | None) -> tuple[str, float] | None:
+        values = [
+            (name, v)
+            for name, v in self.sqnr_db.items()
+            if kv is None or name.startswith("kv.") == kv
+        ]
+        return min(values, key=lambda item: item[1]) if values else None
+
+    @property
+    def sqnr_db_min(self) -> float | None:
+        """The lowest SQNR over every quantized tensor (None: none was quantized)."""
+        found = self._minimum(None)
+        return None if found is None else found[1]
+
+    @property
+    def sqnr_outside(self) -> bool:
+        """A quantized Linear or K/V layer below its method's SQNR bound."""
+        for kv, bound in ((False, self.sqnr_bound_weights_db), (True, self.sqnr_bound_kv_db)):
+            found = self._minimum(kv)
+            if found is not None and bound is not None and found[1] < bound:
+                return True
+        return False
 
     @property
     def flagged(self) -> bool:
-        """Outside the method's bound on either measure."""
+        """Outside the method's bound on any measure."""
         return (
             self.max_abs_logit_delta > self.bound_max_abs_logit_delta
             or self.top1_agreement_ratio < self.bound_top1_agreement_ratio
+            or self.sqnr_outside
         )
 
     def fields(self) -> dict[str, Any]:
-        """The `accuracy_*` fields of a record (see the module docstring)."""
+        """The `accuracy_*` and `quant_*` accuracy fields of a record (module docstring)."""
+        worst = self._minimum(None)
+        weights, kv = self._minimum(False), self._minimum(True)
         return {
             "accuracy_max_abs_logit_delta": self.max_abs_logit_delta,
             "accuracy_top1_agreement_ratio": self.top1_agreement_ratio,
@@ -112,6 +194,16 @@ class Accuracy:
             "accuracy_bound_top1_agreement_ratio": self.bound_top1_agreement_ratio,
             "accuracy_flag": self.flagged,
             "accuracy_reference": "the same model unquantized, same prompt, teacher-forced",
+            "quant_logits_kl": self.logits_kl,
+            "quant_logits_kl_max": self.logits_kl_max,
+            "quant_sqnr_db_min": None if worst is None else worst[1],
+            "quant_sqnr_db_min_tensor": None if worst is None else worst[0],
+            "quant_sqnr_db_weights_min": None if weights is None else weights[1],
+            "quant_sqnr_db_weights_bound": self.sqnr_bound_weights_db,
+            "quant_sqnr_db_kv_min": None if kv is None else kv[1],
+            "quant_sqnr_db_kv_bound": self.sqnr_bound_kv_db,
+            "quant_sqnr_db": by_kind(self.sqnr_db),
+            "quant_sqnr_tokens": SQNR_TOKENS,
         }
 
 
@@ -130,10 +222,13 @@ def _forward(model: Any, ids: torch.Tensor, cache: Any) -> tuple[torch.Tensor, A
 def reference_outputs(
     model: Any, device: torch.device, prompt: torch.Tensor, new_tokens: int
 ) -> Reference:
-    """The dense model's greedy run on the cell's prompt `[B, P]` (on the host; untimed)."""
+    """The dense model's greedy run on the cell's prompt `[B, P]` (on the host; untimed), with
+    every decoder Linear's prefill input and output."""
     batch = int(prompt.shape[0])
+    linears: dict[str, LinearCapture] = {}
     with torch.inference_mode():
-        logits, cache = _forward(model, prompt.to(device), compat.initial_cache(model, batch))
+        with capture_linears(model, linears):
+            logits, cache = _forward(model, prompt.to(device), compat.initial_cache(model, batch))
         kept = [logits.to("cpu")]
         token = logits.argmax(dim=-1, keepdim=True)
         tokens = [token.to("cpu")]
@@ -144,7 +239,10 @@ def reference_outputs(
             token = logits.argmax(dim=-1, keepdim=True)
             tokens.append(token.to("cpu"))
     return Reference(
-        prompt=prompt, logits=torch.stack(kept, dim=1), tokens=torch.cat(tokens, dim=-1)
+        prompt=prompt,
+        logits=torch.stack(kept, dim=1),
+        tokens=torch.cat(tokens, dim=-1),
+        linears=linears,
     )
 
 
@@ -158,36 +256,67 @@ def bound_for(quant: str, kv_quant: str | None) -> Bound:
     )
 
 
+def kl_divergence(reference_logits: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    """KL(p_reference || p) in nats per row of `[..., V]` logits (float64)."""
+    log_p = torch.log_softmax(reference_logits.double(), dim=-1)
+    log_q = torch.log_softmax(logits.double(), dim=-1)
+    return (log_p.exp() * (log_p - log_q)).sum(dim=-1)
+
+
 def measure_accuracy(
     model: Any,
     reference: Reference,
     device: torch.device,
     start_cache: Any,
     bound: Bound,
+    *,
+    quant: str = "none",
+    kv_quant: str | None = None,
 ) -> Accuracy:
-    """The quantized model teacher-forced on `reference` (untimed); `start_cache` is the cache
-    the cell's prefill starts from (None: the model's own)."""
+    """The quantized model against `reference` (untimed): every quantized Linear on its own
+    captured input, then teacher-forced on the reference tokens; `start_cache` is the cache the
+    cell's prefill starts from (None: the model's own). `quant` and `kv_quant` name the methods
+    whose SQNR bounds apply; a quantized cache's K/V read back at the first decode step are
+    compared with what the model wrote to it at the prefill."""
     batch = int(reference.prompt.shape[0])
     tokens = reference.tokens.to(device)
     kept = reference.logits.shape[1]
-    delta = 0.0
+    deltas: list[float] = []
+    kls: list[torch.Tensor] = []
     agreed = 0
+    kv_quantized = kv_quant not in (None, "none")
+    written, read_back = KVCapture(), KVCapture()
+    sqnr = linear_sqnr_db(model, reference.linears, device) if quant != "none" else {}
     with torch.inference_mode():
         if start_cache is None:
             start_cache = compat.initial_cache(model, batch)
-        logits, cache = _forward(model, reference.prompt.to(device), start_cache)
+        writing = capture_kv(start_cache, written, read=False) if kv_quantized else nullcontext()
+        with writing:
+            logits, cache = _forward(model, reference.prompt.to(device), start_cache)
         for i in range(tokens.shape[1]):
             if i > 0:  # teacher forcing: feed the dense run's token i - 1
-                logits, cache = _forward(model, tokens[:, i - 1 : i], cache)
+                first = kv_quantized and i == 1
+                reading = capture_kv(cache, read_back, read=True) if first else nullcontext()
+                with reading:
+                    logits, cache = _forward(model, tokens[:, i - 1 : i], cache)
             if i < kept:
-                step = (logits.to("cpu") - reference.logits[:, i, :]).abs().max()
-                delta = max(delta, float(step))
+                host = logits.to("cpu")
+                deltas.append(float((host - reference.logits[:, i, :]).abs().max()))
+                kls.append(kl_divergence(reference.logits[:, i, :], host))
             agreed += int((logits.argmax(dim=-1) == tokens[:, i]).sum())
+    sqnr.update(kv_sqnr_db(written, read_back))
     spread = float(reference.logits.std())
+    kl = torch.stack(kls) if kls else torch.zeros(1)
     return Accuracy(
-        max_abs_logit_delta=delta,
+        max_abs_logit_delta=max(deltas, default=0.0),
         top1_agreement_ratio=agreed / tokens.numel(),
         tokens=int(tokens.shape[1]),
         bound_max_abs_logit_delta=bound.logit_delta_std * spread,
         bound_top1_agreement_ratio=bound.top1_agreement_ratio,
+        logit_delta_by_position=tuple(deltas),
+        logits_kl=max(0.0, float(kl.mean())),
+        logits_kl_max=max(0.0, float(kl.max())),
+        sqnr_db=sqnr,
+        sqnr_bound_weights_db=SQNR_BOUNDS_DB.get(quant),
+        sqnr_bound_kv_db=SQNR_BOUNDS_DB.get(kv_quant or "none"),
     )

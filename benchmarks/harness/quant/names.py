@@ -14,4 +14,8 @@ METHODS = (
     "fp8dq",
     "nf4",
     "bnb8",
+    "gemlite4-g64",
+    "gemlite8",
 )
+# Methods whose kernels exist on CUDA GPUs only (float8 tensor cores, gemlite's Triton kernels).
+CUDA_ONLY = ("fp8dq", "gemlite4-g64", "gemlite8")

@@ -13,8 +13,13 @@ element size, bias N * e where present):
 * `int4wo-gG`, CUDA (tinygemm tile packing, bfloat16): N'*K'/2 + (K'/G)*N'*2*2 with
   N' = N rounded up to 8 and K' = K rounded up to 1024 (torchao pads both); K % G == 0 as above;
 * `nf4`: ceil(N*K/2) + 4*ceil(N*K/64) (fp32 absmax per block of 64) + 64 (the 16-entry fp32
-  code each layer keeps);
-* `bnb8`: N*K + 4*N (fp32 row scales).
+  code each layer keeps); on a CPU where bitsandbytes repacks for its AVX-512 BF16 kernel
+  (`methods.nf4_cpu_packed`), the absmax is bfloat16: ceil(N*K/2) + 2*ceil(N*K/64) + 64, and a
+  Linear with N % 32 != 0 or K % 64 != 0 stays dense (the repack refuses it);
+* `bnb8`: N*K + 4*N (fp32 row scales);
+* `gemlite4-gG` (CUDA): N*K/2 + 2*(K/G)*N*e (scale and zero per group in the model dtype; K % G
+  != 0: dense); `gemlite8`: N*K + N*e (a scale per row, an empty zero point). Read from torchao
+  0.18's `UIntxBitPackedTensor` and gemlite 0.6's packing (not run here: no GPU).
 
 Every other parameter (embeddings, norms, the LM head, a Linear left dense) is numel * e, a
 tied one once. The result names every Linear left dense and why, so a user sees which layers
@@ -35,12 +40,13 @@ import torch
 from torch import nn
 
 from benchmarks.harness.quant.methods import (
-    CPU_INT4_N_MULTIPLE,
+    NF4_BLOCK,
+    left_dense_reason,
     method,
+    nf4_cpu_packed,
     output_linear,
 )
 
-NF4_BLOCK = 64
 NF4_CODE_BYTES = 16 * 4
 CUDA_INT4_K_MULTIPLE = 1024
 CUDA_INT4_N_MULTIPLE = 8
@@ -96,16 +102,36 @@ def quantized_weight_bytes(
 ) -> tuple[int | None, str]:
     """Bytes of an [n, k] weight under method `name` (None: left dense, with the reason)."""
     group = method(name).group_size
-    if group is not None:
+    if name.startswith("int4wo") and group is not None:
         return _int4_bytes(n, k, group, element_bytes=element_bytes, device_type=device_type)
-    if name in ("int8wo", "int8dq"):
-        return n * k + 4 * n + n, ""
-    if name in ("fp8wo", "fp8dq", "bnb8"):
-        return n * k + 4 * n, ""
+    dense_because = left_dense_reason(name, n, k, device_type)
+    if dense_because is not None:
+        return None, dense_because
+    if name.startswith("gemlite4") and group is not None:
+        return n * k // 2 + 2 * (k // group) * n * element_bytes, ""
     if name == "nf4":
         elements = n * k
-        return math.ceil(elements / 2) + 4 * math.ceil(elements / NF4_BLOCK) + NF4_CODE_BYTES, ""
-    return None, "not quantized"
+        # The CPU repack keeps each block's absmax in bfloat16 (`methods.nf4_cpu_packed`).
+        absmax_bytes = 2 if device_type == "cpu" and nf4_cpu_packed() else 4
+        blocks = math.ceil(elements / NF4_BLOCK)
+        return math.ceil(elements / 2) + absmax_bytes * blocks + NF4_CODE_BYTES, ""
+    if name not in _PER_ROW:
+        return None, "not quantized"
+    fixed, elements = _PER_ROW[name]
+    return n * k + (fixed + elements * element_bytes) * n, ""
+
+
+# One byte per element plus bytes per output row, as (fixed bytes, model-dtype elements): int8
+# (an fp32 scale and an int8 zero point), fp8 and LLM.int8 (an fp32 scale), gemlite8 (a scale in
+# the model dtype, no zero point).
+_PER_ROW = {
+    "int8wo": (4 + 1, 0),
+    "int8dq": (4 + 1, 0),
+    "fp8wo": (4, 0),
+    "fp8dq": (4, 0),
+    "bnb8": (4, 0),
+    "gemlite8": (0, 1),
+}
 
 
 def _int4_bytes(
@@ -117,8 +143,9 @@ def _int4_bytes(
         n_pad = _ceil_to(n, CUDA_INT4_N_MULTIPLE)
         k_pad = _ceil_to(k, CUDA_INT4_K_MULTIPLE)
         return n_pad * k_pad // 2 + (k_pad // group) * n_pad * 2 * 2, ""
-    if n % CPU_INT4_N_MULTIPLE:
-        return None, f"N={n} is not a multiple of {CPU_INT4_N_MULTIPLE} (CPU int4 packing)"
+    dense_because = left_dense_reason(f"int4wo-g{group}", n, k, device_type)
+    if dense_because is not None:
+        return None, dense_because
     return n * k // 2 + (k // group) * n * 2 * element_bytes, ""
 
 

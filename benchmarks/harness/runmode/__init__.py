@@ -7,5 +7,5 @@ and `kvaccount` (torch's `cache.point.KVAccount`: what the measurements record a
 
 May import: benchmarks.harness.errors, benchmarks.harness.device, benchmarks.harness.model,
 benchmarks.harness.cache, benchmarks.harness.quant, benchmarks.harness.matrix,
-benchmarks.harness.engine, torch, transformers, packaging.
+benchmarks.harness.engine, benchmarks.harness.kvquant, torch, transformers, packaging.
 """

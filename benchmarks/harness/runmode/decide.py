@@ -8,7 +8,7 @@
   torch.compile without what inductor builds with on the device (`inductor_reason`: a C++
   compiler on CPU; Triton, a C compiler and Python's headers on CUDA), a `kv_quant` backend
   this transformers or machine lacks or a group size that cannot divide the cached tensors
-  (`cache.quantized`).
+  (`kvquant.backends`).
 * `build_cell_model(spec, cell, device, dtype)`: the model built with the cell's
   `attn_implementation`, wrapped by `torch.compile` in the cell's mode (`compiled`).
 * `configure_engine(engine, cell)`: the engine's start cache for this cell (one early-allocated
@@ -38,13 +38,13 @@ import transformers
 from packaging.version import Version
 
 from benchmarks.harness.cache import static as kv_static
-from benchmarks.harness.cache.quantized import (
+from benchmarks.harness.kvquant.backends import (
     KV_QUANT,
     kv_quant_shape_reason,
     kv_quant_unsupported_reason,
     make_quantized_cache,
 )
-from benchmarks.harness.cache.quantobuild import ensure_quanto_built
+from benchmarks.harness.kvquant.quantobuild import ensure_quanto_built
 from benchmarks.harness.matrix.cells import Cell
 from benchmarks.harness.model.models import MODELS_DIR, ModelSpec, build_model, load_model_spec
 from benchmarks.harness.quant.methods import apply_quant
@@ -291,14 +291,19 @@ def build_cell_model(
     cell: Cell,
     device: torch.device,
     dtype: torch.dtype,
+    *,
     before_quant: Callable[[Any], None] | None = None,
+    after_quant: Callable[[Any], None] | None = None,
 ) -> Any:
     """The model of `spec` built with the cell's attention kernel, its weight quantization
-    (`quant.methods`; `before_quant` sees the dense model first) and its compile mode."""
+    (`quant.methods`; `before_quant` sees the dense model first, `after_quant` the quantized one,
+    still eager) and its compile mode."""
     model = build_model(spec, device, dtype, seed=cell.seed, attention=cell.attention)
     if before_quant is not None:
         before_quant(model)
     apply_quant(model, cell.weight_quant, device)
+    if after_quant is not None:
+        after_quant(model)
     compile_model(model, cell.compile)
     return model
 

@@ -3,7 +3,7 @@
 * `analytic_layout(cell, config, dtype=..., seq_len=...)`: the `kv.KVLayout` this cell's cache
   holds after `seq_len` cached positions: the dynamic layout (`kv.analytic_kv`), for a static
   cell the static cache's allocated tensors, for a quantized-KV cell the quantized cache's
-  stored tensors after `seq_len - prompt_len` decode steps (`quantized_kv`). Its `total_bytes`
+  stored tensors after `seq_len - prompt_len` decode steps (`kvquant.kvbytes`). Its `total_bytes`
   is what `measure.measure_kv(cache).logical_bytes` must read (`expected_logical_bytes`).
 * `kv_quant_fields(cell, config, dtype, context_len)`: a quantized-KV cell's packed bytes per
   cached position and the estimated bytes a decode step at `context_len` reads (nothing for
@@ -29,11 +29,6 @@ import torch
 import transformers
 
 from benchmarks.harness.cache.kv import KVLayout, LayerKV, analytic_kv
-from benchmarks.harness.cache.quantized_kv import (
-    analytic_quantized_kv,
-    kv_dequant_read_bytes_estimate,
-    quantized_kv_bytes_per_token,
-)
 from benchmarks.harness.cache.static import (
     StaticKV,
     analytic_static_kv,
@@ -43,6 +38,11 @@ from benchmarks.harness.cache.static import (
 )
 from benchmarks.harness.engine import make_prompt
 from benchmarks.harness.errors import KVError
+from benchmarks.harness.kvquant.kvbytes import (
+    analytic_quantized_kv,
+    kv_dequant_read_bytes_estimate,
+    quantized_kv_bytes_per_token,
+)
 from benchmarks.harness.matrix.cells import Cell
 from benchmarks.harness.model import compat
 from benchmarks.harness.model.models import ModelSpec, build_model

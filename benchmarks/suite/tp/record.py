@@ -85,7 +85,8 @@ def _nothing() -> None:
 
 
 def replay_rounds(benchmark: Any, durations: Sequence[float], name: str = REPLAY_TIMER) -> None:
-    """`benchmark.pedantic` over `durations` through a `ReplayTimer` (no warmup: the ranks did)."""
+    """`benchmark.pedantic` over `durations` through a `ReplayTimer` (no warmup: the ranks did;
+    the interleaved groups reuse it, `name` saying whose rounds they are)."""
     benchmark._timer = ReplayTimer(durations, name)  # read by pedantic's runner at each round
     benchmark.pedantic(_nothing, rounds=len(durations), warmup_rounds=0, iterations=1)
 

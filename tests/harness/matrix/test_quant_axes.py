@@ -96,3 +96,23 @@ def test_shipped_quant_matrices_load(name):
     matrix = load_matrix(ROOT / "matrix" / name)
     assert any(cell.weight_quant != "none" for cell in matrix.cells)
     assert any(cell.kv_quantized for cell in matrix.cells)
+
+
+def test_interleaved_is_a_measurement_a_matrix_names_to_get():
+    assert "interleaved" not in parse().measurements  # opt-in: not in the default set
+    named = parse(quant=["none", "int8wo"], measurements=["decode", "interleaved"])
+    assert named.measurements == ("decode", "interleaved")
+
+
+def test_the_shipped_cpu_matrix_runs_in_bfloat16_compiled_and_interleaved():
+    matrix = load_matrix(ROOT / "matrix" / "cpu-quant.yaml")
+    assert "interleaved" in matrix.measurements
+    int4 = [c for c in matrix.cells if c.weight_quant.startswith("int4wo")]
+    assert {c.dtype for c in int4 if c.dtype != "bfloat16"} == {"float32"}  # skipped, said why
+    compiled = {c.weight_quant for c in matrix.cells if c.compile == "default"}
+    assert {"none", "int8wo", "int4wo-g64"} <= compiled
+    assert all(c.cache == "static" for c in matrix.cells if c.compile == "default")
+    # the library default residual with enough tokens to cross it twice
+    default_r = [c for c in matrix.cells if c.kv_quantized and c.kv_residual_len == 128]
+    assert default_r
+    assert all(c.new_tokens >= 256 for c in default_r)

@@ -71,7 +71,7 @@ def test_a_weights_mismatch_exits_1(capsys, monkeypatch):
 
 def test_quantized_cache_timeline_measured(capsys):
     pytest.importorskip("hqq")
-    from benchmarks.harness.cache.quantized import kv_quant_unsupported_reason  # noqa: PLC0415
+    from benchmarks.harness.kvquant.backends import kv_quant_unsupported_reason  # noqa: PLC0415
     from benchmarks.harness.model.models import load_model_spec  # noqa: PLC0415
 
     config = load_model_spec("tiny-llama").hf_config()

@@ -9,21 +9,19 @@ both transformers versions `nox -s tests` installs.
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 from torch import nn
 
 from benchmarks.harness.model.models import ModelSpec, build_meta_model, build_model
-from benchmarks.harness.quant.methods import apply_quant, quant_skip_reason
-from benchmarks.harness.quant.names import METHODS
+from benchmarks.harness.quant.methods import apply_quant, quant_skip_reason, quant_timing_reason
+from benchmarks.harness.quant.names import CUDA_ONLY, METHODS
 from benchmarks.harness.quant.predict import predict_weights, quantized_weight_bytes
 from benchmarks.harness.quant.stored import stored_weights
 from benchmarks.harness.roofline.traffic import weights_read_bytes
 
-# Every method but fp8dq (CUDA sm89+ only) runs on CPU.
-CPU_METHODS = tuple(m for m in METHODS if m not in ("none", "fp8dq"))
+# Every method but the CUDA-only ones (fp8dq: sm89+; gemlite: Triton) runs on CPU.
+CPU_METHODS = tuple(m for m in METHODS if m != "none" and m not in CUDA_ONLY)
 LIBRARY = {"nf4": "bitsandbytes", "bnb8": "bitsandbytes"}
 
 
@@ -61,6 +59,10 @@ def test_stored_bytes_equal_the_prediction(method, dtype):
     prediction = predict_weights(
         build_meta_model(spec, dtype), method, dtype=dtype, device_type="cpu"
     )
+    # Counted as the suite times it: in eval mode, after a forward (a bitsandbytes 4-bit layer
+    # repacks its weight at its first eval forward on an AVX-512 BF16 CPU).
+    with torch.inference_mode():
+        model.eval()(input_ids=torch.tensor([[1, 2, 3]]))
     stored = stored_weights(model, dtype)
     assert stored.stored_bytes == prediction.total_bytes
     dense = sum(
@@ -88,21 +90,55 @@ def test_layers_left_dense_are_named_with_the_reason():
     assert "q_proj" not in reasons  # K = 64: quantized
 
 
-def test_formulas_by_hand():
-    # One [96, 256] weight in bfloat16 (e = 2).
-    assert quantized_weight_bytes("int8wo", 96, 256, element_bytes=2, device_type="cpu")[0] == (
-        96 * 256 + 4 * 96 + 96
+@pytest.mark.parametrize(("n", "k", "group"), [(90, 256, 128), (96, 1024, 64), (4100, 3008, 32)])
+def test_the_cuda_int4_prediction_is_torchaos_own_layout(monkeypatch, n, k, group):
+    """The CUDA tinygemm layout, built by torchao's own `from_hp` on the meta device (shapes
+    only: no GPU needed; its capability check is told sm80): the prediction must equal what it
+    stores, padding of N to 8 and K to 1024 included."""
+    pytest.importorskip("torchao")
+    from torchao.quantization.quantize_.workflows.int4 import (  # noqa: PLC0415
+        int4_tile_packed_to_4d_tensor as tile,
     )
-    assert quantized_weight_bytes("int4wo-g32", 96, 256, element_bytes=2, device_type="cpu")[0] == (
-        96 * 128 + 8 * 96 * 2 * 2
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *_: (8, 0))
+    weight = torch.empty(n, k, device="meta", dtype=torch.bfloat16)
+    packed = tile.Int4TilePackedTo4dTensor.from_hp(weight, [1, group])
+    linear = nn.Linear(k, n, bias=False, device="meta", dtype=torch.bfloat16)
+    linear.weight = nn.Parameter(packed, requires_grad=False)
+    stored = stored_weights(nn.Sequential(linear)).stored_bytes
+    predicted, reason = quantized_weight_bytes(
+        f"int4wo-g{group}", n, k, element_bytes=2, device_type="cuda"
     )
-    assert quantized_weight_bytes("nf4", 96, 256, element_bytes=2, device_type="cpu")[0] == (
-        96 * 128 + 4 * math.ceil(96 * 256 / 64) + 64
+    assert (predicted, reason) == (stored, "")
+
+
+@pytest.mark.parametrize("method", ["nf4", "bnb8"])
+def test_bitsandbytes_layers_run_in_the_models_mode(method):
+    """A replaced Linear takes the model's eval mode (bitsandbytes' training path is 2.6x
+    slower at decode), and its weight is already in the layout the kernel uses."""
+    _needs(method)
+    model = apply_quant(
+        build_model(_spec(intermediate=128), torch.device("cpu"), torch.float32),
+        method,
+        torch.device("cpu"),
     )
-    # CUDA's tinygemm packing pads K to 1024 and N to 8.
-    assert quantized_weight_bytes("int4wo-g128", 90, 256, element_bytes=2, device_type="cuda")[
-        0
-    ] == (96 * 1024 // 2 + (1024 // 128) * 96 * 2 * 2)
+    assert not [name for name, m in model.named_modules() if m.training]
+    before = stored_weights(model).stored_bytes
+    with torch.inference_mode():
+        model(input_ids=torch.tensor([[1, 2, 3]]))
+    assert stored_weights(model).stored_bytes == before  # no repack left for the first round
+
+
+def test_cpu_int4_outside_bfloat16_is_not_timed():
+    pytest.importorskip("torchao")
+    for dtype in (torch.float32, torch.float16):
+        reason = quant_timing_reason("int4wo-g64", "cpu", dtype)
+        assert reason is not None
+        assert "bfloat16 activations only" in reason
+    assert quant_timing_reason("int4wo-g64", "cpu", torch.bfloat16) is None
+    assert quant_timing_reason("int8wo", "cpu", torch.float32) is None
+    # The byte check (the `kv` CLI) still runs it: it can run, it is only not timed.
+    assert quant_skip_reason("int4wo-g64", "cpu", torch.float32) is None
 
 
 def test_dense_model_bytes_are_todays_parameter_bytes():
@@ -163,6 +199,50 @@ def test_skip_reasons():
     )
 
 
+def test_cuda_only_methods_say_why_on_a_cpu_and_predict_their_layout():
+    for name in ("gemlite4-g64", "gemlite8"):
+        reason = quant_skip_reason(name, "cpu", torch.bfloat16)
+        assert reason is not None
+        assert "CUDA" in reason or "gemlite is not installed" in reason
+    # Read from torchao 0.18's UIntxBitPackedTensor and gemlite 0.6 (asserted on the first GPU
+    # run like every cell): 4 bits plus a scale and a zero per group of 64, in the model dtype.
+    assert quantized_weight_bytes("gemlite4-g64", 96, 256, element_bytes=2, device_type="cuda") == (
+        96 * 128 + 2 * 4 * 96 * 2,
+        "",
+    )
+    assert quantized_weight_bytes("gemlite8", 96, 256, element_bytes=2, device_type="cuda") == (
+        96 * 256 + 96 * 2,
+        "",
+    )
+    dense, reason = quantized_weight_bytes(
+        "gemlite4-g64", 96, 200, element_bytes=2, device_type="cuda"
+    )
+    assert dense is None
+    assert "K=200 is not a multiple of the group size 64" in reason
+
+
+def test_on_a_cuda_box_each_gpu_method_says_what_it_needs(monkeypatch):
+    """The reasons the first CUDA box will read, decided from the compute capability (sm80: an
+    A100; sm89: an L4 or RTX 4090; sm90: an H100), with no GPU here: only the capability query
+    is answered for it."""
+    pytest.importorskip("torchao")
+
+    def on(capability):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *_: capability)
+
+    on((8, 0))
+    assert "8.9+" in (quant_skip_reason("fp8dq", "cuda", torch.bfloat16) or "")
+    assert quant_skip_reason("int4wo-g64", "cuda", torch.bfloat16) is None  # tinygemm, sm80+
+    assert "bfloat16 only" in (quant_skip_reason("int4wo-g64", "cuda", torch.float16) or "")
+    assert quant_skip_reason("fp8wo", "cuda", torch.bfloat16) is None
+    on((8, 9))
+    assert quant_skip_reason("fp8dq", "cuda", torch.bfloat16) is None
+    on((7, 5))
+    assert "8.0+" in (quant_skip_reason("int4wo-g128", "cuda", torch.bfloat16) or "")
+    # CPU int4 outside bfloat16 is refused on the CPU only: CUDA decides by its own rule above.
+    assert quant_timing_reason("int8wo", "cuda", torch.float16) is None
+
+
 def test_missing_package_names_the_install_command(monkeypatch):
     import importlib.util  # noqa: PLC0415
 
@@ -175,6 +255,15 @@ def test_missing_package_names_the_install_command(monkeypatch):
     reason = quant_skip_reason("nf4", "cpu", torch.float32)
     assert reason is not None
     assert "pip install bitsandbytes==0.50.2" in reason
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "gemlite" else real(name, *a),
+    )
+    reason = quant_skip_reason("gemlite8", "cuda", torch.bfloat16)
+    assert reason is not None
+    assert "pip install gemlite==0.6.0.post2" in reason
+    assert "--group quant-cuda" in reason
 
 
 def test_the_fit_estimate_reads_predicted_bytes():

@@ -31,9 +31,11 @@ from reports.render.quant import (
     accuracy_cells,
     figure_text,
     has_quantized_cells,
+    left_dense_lines,
     markdown,
     quant_tables,
     ratio_text,
+    sqnr_rows,
 )
 from tests.data.reports.make_history import current_spec, write_history
 
@@ -111,17 +113,22 @@ def test_rows_follow_the_axis_order_and_ratios_are_to_the_unquantized_cell():
     assert kv_only.values["kv_bytes_per_token"] == 17.5
     assert kv_only.ratios["kv_bytes_per_token"] == pytest.approx(17.5 / 64)
     assert both.ratios["peak_memory_bytes"] is None  # not recorded: no ratio
-    assert figure_text(int4, "prefill_tok_per_s") == "210 tok/s (2.10\u00d7)"
+    # timed apart (no interleaved rounds): a plain ratio, marked approximate
+    assert figure_text(int4, "prefill_tok_per_s") == "210 tok/s (~2.10\u00d7)"
     assert figure_text(int4, "weights_bytes") == "270 B (0.27\u00d7)"
     assert figure_text(both, "peak_memory_bytes") == NO_RATIO
     assert figure_text(base, "prefill_tok_per_s") == "100 tok/s"  # the baseline: no ratio
-    assert accuracy_cells(base) == (NO_RATIO, NO_RATIO)  # the reference has no accuracy
-    assert accuracy_cells(int4) == ("0.05 (bound 0.5)", "0.95 (bound 0.8)")
+    assert accuracy_cells(base) == (NO_RATIO, NO_RATIO, NO_RATIO)  # the reference has none
+    assert accuracy_cells(int4) == ("n/a", "n/a", "0.95 (bound 0.8)")  # no SQNR recorded
     text = markdown([table])
-    assert "| none / none (baseline) | 100 tok/s | 10 tok/s | 1,000 B | 64 B | 3.91 KiB " in text
     assert (
-        "| int4wo-g32 / none | 210 tok/s (2.10\u00d7) | 25 tok/s (2.50\u00d7) | 270 B (0.27\u00d7)"
-        " | 64 B (1.00\u00d7) | 1.95 KiB (0.50\u00d7) | 0.05 (bound 0.5) | 0.95 (bound 0.8) |"
+        "| none / none (baseline) | 100 tok/s | 10 tok/s | \u2014 | 1,000 B | 64 B | 3.91 KiB "
+        in text
+    )
+    assert (
+        "| int4wo-g32 / none | 210 tok/s (~2.10\u00d7) | 25 tok/s (~2.50\u00d7) | \u2014 "
+        "| 270 B (0.27\u00d7) | 64 B (1.00\u00d7) | 1.95 KiB (0.50\u00d7) | n/a | n/a "
+        "| 0.95 (bound 0.8) |"
     ) in text
 
 
@@ -129,7 +136,7 @@ def test_a_flagged_cell_shows_the_flag_with_its_bound_and_an_accuracy_line():
     (table,) = quant_tables(known_cells())
     flagged = table.rows[2]
     assert flagged.flagged
-    assert accuracy_cells(flagged) == ("\u2691 3.2 (bound 0.5)", "\u2691 0.406 (bound 0.8)")
+    assert accuracy_cells(flagged) == ("n/a", "n/a", "\u2691 0.406 (bound 0.8)")
     (flag,) = accuracy_flags(known_cells())
     assert flag.line("hw1") == (
         "ACCURACY m-cpu-float32-1-8-4-int8wo-hqq4 int8wo/hqq4: max |\u0394 logit| 3.2 "
@@ -169,6 +176,85 @@ def test_without_the_unquantized_cell_or_a_figure_the_ratio_is_a_dash():
     assert table.rows[1].ratios["peak_memory_bytes"] is None
     assert ratio_text(None) == NO_RATIO
     assert ratio_text(0.274) == "0.27\u00d7"
+
+
+def interleaved(measurement, rounds, dense_rounds, dense_id, figure, **mode):
+    """An interleaved record: its own rounds and the dense cell's, paired by index."""
+    b = bench(measurement, extra={figure: 1.0 / sorted(rounds)[len(rounds) // 2]}, **mode)
+    extra = dict(b.extra) | {
+        "measurement": measurement,
+        "interleaved_dense_rounds_s": list(dense_rounds),
+        "interleaved_dense_cell_id": dense_id,
+    }
+    return BenchmarkResult(b.fullname, b.name, b.group, b.params, tuple(rounds), extra)
+
+
+def test_interleaved_rounds_give_the_speed_ratio_with_its_interval():
+    # The host drifts 3x across the rounds; each pair moves together: the variant is 1.5x faster.
+    level = [0.01 * (1 + 2 * i / 19) for i in range(20)]
+    dense = [t * (1.01 if i % 2 else 0.99) for i, t in enumerate(level)]
+    fast = [t / 1.5 for t in level]
+    base_id = bench("decode", quant="none").cell_id
+    cells = [
+        *cell(100.0, 10.0, 1000, quant="none"),
+        *cell(120.0, 12.0, 500, quant="int8wo"),
+        interleaved("interleaved_decode", dense, dense, base_id, "decode_tok_per_s", quant="none"),
+        interleaved("interleaved_decode", fast, dense, base_id, "decode_tok_per_s", quant="int8wo"),
+    ]
+    (table,) = quant_tables(cells)
+    _base, int8 = table.rows
+    speedup = int8.speedups["decode_tok_per_s"]
+    assert speedup is not None
+    assert speedup.pairs == 20
+    assert speedup.ci_low < 1.5 < speedup.ci_high < 1.6
+    assert int8.ratios["decode_tok_per_s"] == pytest.approx(1.5, rel=0.01)
+    # the interleaved record's figure is shown, not the per-cell one timed apart
+    assert int8.values["decode_tok_per_s"] == pytest.approx(1 / fast[10])
+    text = figure_text(int8, "decode_tok_per_s")
+    assert f"(1.50\u00d7 [{speedup.ci_low:.2f}, {speedup.ci_high:.2f}])" in text
+    assert figure_text(int8, "prefill_tok_per_s") == "120 tok/s (~1.20\u00d7)"  # not paired
+    # rounds paired with another cell than the table's baseline give no paired ratio
+    other = interleaved("interleaved_decode", fast, dense, "elsewhere", "decode_tok_per_s",
+                        quant="int8wo")  # fmt: skip
+    (table,) = quant_tables([*cells[:3], other])
+    assert table.rows[1].speedups["decode_tok_per_s"] is None
+
+
+def test_sqnr_kl_and_the_linears_left_dense_are_shown():
+    sqnr = {
+        "quant_sqnr_db_min": 0.1,
+        "quant_sqnr_db_min_tensor": "model.layers.1.mlp.down_proj",
+        "quant_sqnr_db_weights_min": 0.1,
+        "quant_sqnr_db_weights_bound": 15.0,
+        "quant_sqnr_db_kv_min": None,
+        "quant_sqnr_db_kv_bound": None,
+        "quant_logits_kl": 0.0123,
+        "quant_sqnr_db": {"mlp.down_proj": [21.0, 0.1], "self_attn.q_proj": [22.5, 23.0]},
+        "weights_left_dense": [
+            {"linears": "model.layers.*.mlp.gate_proj", "count": 2, "reason": "N=104 is odd"},
+            {"linears": "lm_head", "count": 1, "reason": "the LM head stays in the dtype"},
+        ],
+    }
+    broken = OK_ACCURACY | sqnr | {"accuracy_flag": True}
+    (table,) = quant_tables(cell(1, 1, 1, quant="none") + cell(1, 1, 1, accuracy=broken,
+                                                                quant="int4wo-g64"))  # fmt: skip
+    row = table.rows[1]
+    acc = row.accuracy
+    assert acc is not None
+    assert acc.sqnr_outside
+    assert (acc.delta_outside, acc.agreement_outside) == (False, False)  # SQNR named the flag
+    assert accuracy_cells(row) == ("\u2691 0.1 dB (bound 15)", "0.012", "0.95 (bound 0.8)")
+    assert "SQNR min 0.1 dB (bound 15) at model.layers.1.mlp.down_proj" in acc.text
+    assert left_dense_lines(table) == [
+        "int4wo-g64 / none: model.layers.*.mlp.gate_proj \u00d72 (N=104 is odd)"
+    ]  # the LM head, dense for every method, is not repeated
+    assert sqnr_rows(table) == [
+        ("int4wo-g64 / none", "mlp.down_proj", "0.1", "21.0", "21.0 0.1"),
+        ("int4wo-g64 / none", "self_attn.q_proj", "22.5", "23.0", "22.5 23.0"),
+    ]
+    assert "Linears left dense: int4wo-g64 / none: model.layers.*.mlp.gate_proj" in markdown(
+        [table]
+    )
 
 
 def test_cells_without_quantization_make_no_table_and_absent_axes_are_none():
@@ -281,7 +367,7 @@ def test_the_report_shows_the_section_and_the_flag_only_with_quantized_cells(tmp
     assert 'id="m0-quant"' in html
     assert html.count('class="quant compact"') == 3  # one table per synthetic cell
     assert html.count('<tr data-quant-row="int8wo/hqq4" class="flagged">') == 3
-    assert "(2.00\u00d7)" in html  # int4wo-g32's speed
+    assert "(~2.00\u00d7)" in html  # int4wo-g32's speed, timed apart from the dense cell
     assert "(0.25\u00d7)" in html  # and its weights
     assert "Accuracy outside the bound" in html
     summary = (out_quant / "summary.md").read_text()
@@ -328,7 +414,7 @@ def test_the_quant_command_prints_the_newest_run_and_refuses_bad_input(tmp_path,
     out = capsys.readouterr().out
     assert out.count("| quant / kv_quant | prefill tok/s |") == 3
     assert out.count("| int4wo-g32 / none | ") == 3
-    assert "(2.00\u00d7)" in out
+    assert "(~2.00\u00d7)" in out
     assert "(0.25\u00d7)" in out
     assert out.count("ACCURACY ") == 3  # the newest run is the flagged one
     files = sorted(hist.rglob("*.json"))

@@ -27,13 +27,13 @@ from typing import Any
 import torch
 
 from benchmarks.harness.cache.kv import KVLayout, LayerKV, analytic_kv, element_bytes
-from benchmarks.harness.cache.quantized import (
+from benchmarks.harness.errors import KVError
+from benchmarks.harness.kvquant.backends import (
     FP8_SCALE_BYTES,
     kv_quant_backend,
     kv_shapes,
     residual_positions,
 )
-from benchmarks.harness.errors import KVError
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,8 @@
 
 `add_quantized_kv(report, request, ...)` puts it into the `kv` report (and `match`);
 `quantized_report(request, kv_quant, group_size, residual)` gives the analytic timeline
-(`cache.quantized_kv`: packed data, scales, zero points and the residual window per layer, the
-flush timeline exact), and with a device the measured one: the model built (and its weights
+(`kvbytes`: packed data, scales, zero points and the residual window per layer, the flush
+timeline exact), and with a device the measured one: the model built (and its weights
 quantized with `--quant`), the engine's real prefill/decode loop run from an empty
 `QuantizedCache`, `measure_kv` after the prefill and after every step.
 
@@ -12,27 +12,56 @@ It deliberately does not parse arguments (`benchmarks.harness.cli`) or time anyt
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
+import torch
 import transformers
 
 from benchmarks.harness.cache.measure import measure_kv
-from benchmarks.harness.cache.quantized import (
+from benchmarks.harness.engine import Engine, make_prompt
+from benchmarks.harness.errors import KVError
+from benchmarks.harness.kvquant.backends import (
     kv_quant_shape_reason,
     kv_quant_unsupported_reason,
     make_quantized_cache,
 )
-from benchmarks.harness.cache.quantized_kv import (
+from benchmarks.harness.kvquant.kvbytes import (
     quantized_kv_bytes_per_token,
     quantized_kv_layers,
 )
-from benchmarks.harness.cache.quantobuild import ensure_quanto_built
-from benchmarks.harness.engine import Engine, make_prompt
-from benchmarks.harness.errors import KVError
-from benchmarks.harness.model.models import build_model
+from benchmarks.harness.kvquant.quantobuild import ensure_quanto_built
+from benchmarks.harness.model.models import ModelSpec, build_model
 from benchmarks.harness.quant.methods import apply_quant
 from benchmarks.harness.quant.weights_cli import weights_measured
-from benchmarks.harness.runmode.kvlayout import KVArguments
+
+
+class KVArguments(Protocol):
+    """What the report reads of the CLI's validated `kv` request (read-only; the CLI's
+    `runmode.kvlayout.KVArguments` has the same shape)."""
+
+    @property
+    def spec(self) -> ModelSpec: ...
+
+    @property
+    def config(self) -> Any: ...
+
+    @property
+    def dtype(self) -> torch.dtype: ...
+
+    @property
+    def prompt_len(self) -> int: ...
+
+    @property
+    def new_tokens(self) -> int: ...
+
+    @property
+    def batch(self) -> int: ...
+
+    @property
+    def device(self) -> torch.device | None: ...
+
+    @property
+    def seed(self) -> int: ...
 
 
 def check_kv_quant(request: KVArguments, kv_quant: str, group_size: int, residual: int) -> None:

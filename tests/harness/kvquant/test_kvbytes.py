@@ -17,7 +17,8 @@ import transformers
 from packaging.version import Version
 
 from benchmarks.harness.cache.measure import measure_kv
-from benchmarks.harness.cache.quantized import (
+from benchmarks.harness.errors import KVError
+from benchmarks.harness.kvquant.backends import (
     FP8_KV_SINCE,
     KV_QUANT,
     QUANTO_KV_FIXED_SINCE,
@@ -27,12 +28,11 @@ from benchmarks.harness.cache.quantized import (
     make_quantized_cache,
     residual_positions,
 )
-from benchmarks.harness.cache.quantized_kv import (
+from benchmarks.harness.kvquant.kvbytes import (
     analytic_quantized_kv,
     kv_dequant_read_bytes_estimate,
     quantized_kv_bytes_per_token,
 )
-from benchmarks.harness.errors import KVError
 from benchmarks.harness.model import compat
 from tests.kv_configs import VOCAB, build_tiny, llama, qwen2_sliding
 

@@ -15,7 +15,7 @@ position is appended in fp8.
 * `make_quantized_cache(model, kv_quant, group_size=, residual=, batch=)`: the empty cache a
   prefill starts from, for the 4.4x (`QuantizedCacheConfig`) and 4.56+ (`QuantizedCache`) APIs.
 
-The bytes are `quantized_kv`; the quanto extension build is `quantobuild`. Measured bytes are
+The bytes are `kvbytes`; the quanto extension build is `quantobuild`. Measured bytes are
 `measure`.
 """
 

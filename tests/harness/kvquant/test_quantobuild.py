@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.harness.cache import quantobuild
-from benchmarks.harness.cache.quantobuild import (
+from benchmarks.harness.errors import KVError
+from benchmarks.harness.kvquant import quantobuild
+from benchmarks.harness.kvquant.quantobuild import (
     LOCK_NAME,
     ensure_quanto_built,
     lock_holders,
     wait_for_lock,
 )
-from benchmarks.harness.errors import KVError
 
 needs_proc = pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs Linux /proc")
 

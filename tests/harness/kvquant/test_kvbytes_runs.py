@@ -16,15 +16,15 @@ import importlib.util
 import pytest
 import torch
 
-from benchmarks.harness.cache import quantized
 from benchmarks.harness.cache.measure import measure_kv
-from benchmarks.harness.cache.quantized import (
+from benchmarks.harness.engine import Engine, make_prompt
+from benchmarks.harness.kvquant import backends as quantized
+from benchmarks.harness.kvquant.backends import (
     KV_QUANT,
     kv_quant_unsupported_reason,
     layered_api,
     make_quantized_cache,
 )
-from benchmarks.harness.engine import Engine, make_prompt
 from benchmarks.harness.matrix.cells import Cell
 from benchmarks.harness.model import compat
 from benchmarks.harness.runmode import decide
