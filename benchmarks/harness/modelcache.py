@@ -18,7 +18,6 @@ It deliberately does not time anything but the build, choose cells, or know pyte
 from __future__ import annotations
 
 import ctypes
-import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -36,9 +35,6 @@ from benchmarks.harness.device.memory import MemoryMonitor, release_cached_memor
 from benchmarks.harness.device.synctimer import synced_perf_counter
 from benchmarks.harness.engine import Engine, make_prompt
 from benchmarks.harness.errors import PhasebenchError
-from benchmarks.harness.kvquant.backends import KV_QUANT, make_quantized_cache
-from benchmarks.harness.kvquant.quantizetime import QuantizeTimer
-from benchmarks.harness.kvquant.quantobuild import ensure_quanto_built
 from benchmarks.harness.matrix.cells import Cell
 from benchmarks.harness.model.models import (
     MODELS_DIR,
@@ -46,13 +42,7 @@ from benchmarks.harness.model.models import (
     build_meta_model,
     load_model_spec,
 )
-from benchmarks.harness.quant.accuracy import (
-    Accuracy,
-    Reference,
-    bound_for,
-    measure_accuracy,
-    reference_outputs,
-)
+from benchmarks.harness.quant.accuracy import Accuracy, Reference, reference_outputs
 from benchmarks.harness.quant.predict import WeightPrediction, predict_weights
 from benchmarks.harness.quant.stored import stored_weights
 from benchmarks.harness.roofline.peaks import Peaks
@@ -60,6 +50,11 @@ from benchmarks.harness.roofline.roofline import roofline_extra_info
 from benchmarks.harness.runmode.decide import build_cell_model, configure_engine
 from benchmarks.harness.runmode.kvaccount import TorchKV
 from benchmarks.harness.runmode.kvlayout import analytic_layout
+from benchmarks.harness.runmode.quantcheck import (
+    left_dense_fields,
+    measure_quantized,
+    reference_key,
+)
 
 #: Generated tokens the accuracy check runs at most (teacher-forced): agreement and KL settle
 #: long before, and a 256-token cell would otherwise pay two untimed generations more per build.
@@ -355,39 +350,6 @@ def build_loaded(
     )
 
 
-def measure_quantized(
-    model: Any, device: torch.device, cell: Cell, reference: Reference
-) -> tuple[Accuracy, dict[str, Any]]:
-    """One quantized cell's accuracy against `reference` (its own start cache: a quantized KV
-    cache where it has one), and where that cache's quantization time went (`QuantizeTimer`;
-    {} for a dense cache). Untimed."""
-    start_cache = None
-    if cell.kv_quantized:
-        kv_quant = str(cell.kv_quant)
-        if KV_QUANT[kv_quant][0] == "quanto":
-            ensure_quanto_built(device.type)  # never a build inside the measurement
-        start_cache = make_quantized_cache(
-            model, kv_quant, group_size=cell.kv_group, residual=cell.kv_residual_len,
-            batch=cell.batch,
-        )  # fmt: skip
-    with QuantizeTimer(device) as timer:
-        found = measure_accuracy(
-            model,
-            reference,
-            device,
-            start_cache,
-            bound_for(cell.weight_quant, cell.kv_quant),
-            quant=cell.weight_quant,
-            kv_quant=cell.kv_quant,
-        )
-    return found, timer.fields(cell.prompt_len)
-
-
-def reference_key(cell: Cell) -> tuple[int, int, int, int]:
-    """The prompt and length a cell's dense reference is computed for."""
-    return (cell.batch, cell.prompt_len, cell.new_tokens, cell.seed)
-
-
 def quant_fields(cell: Cell, loaded: Loaded) -> dict[str, Any]:
     """A quantized cell's record fields: the method, the untimed quantization time, the Linears
     left dense (`left_dense_fields`), its accuracy against the dense model and its cache's
@@ -408,23 +370,4 @@ def quant_fields(cell: Cell, loaded: Loaded) -> dict[str, Any]:
         **left_dense_fields(loaded.weights),
         **accuracy.fields(),
         **loaded.kv_quantize.get(cell.id, {}),
-    }
-
-
-def left_dense_fields(weights: WeightPrediction) -> dict[str, Any]:
-    """`weights_left_dense_linears` (how many Linears stay dense, the LM head included) and
-    `weights_left_dense` (which, by kind: `[{"linears": "model.layers.*.mlp.gate_proj",
-    "count": 30, "reason": ...}]`, in model order), for the report beside the figures."""
-    if weights.method == "none":  # nothing was to be quantized (a quantized KV cache only)
-        return {}
-    groups: dict[tuple[str, str], int] = {}
-    for layer in weights.left_dense:
-        pattern = re.sub(r"\.\d+\.", ".*.", layer.name)
-        groups[(pattern, layer.reason)] = groups.get((pattern, layer.reason), 0) + 1
-    return {
-        "weights_left_dense_linears": len(weights.left_dense),
-        "weights_left_dense": [
-            {"linears": pattern, "count": count, "reason": reason}
-            for (pattern, reason), count in groups.items()
-        ],
     }

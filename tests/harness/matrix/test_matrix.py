@@ -298,7 +298,7 @@ def test_measurements_select_timed_modules_in_file_order_without_repeats():
     [
         (["prefil"], "did you mean 'prefill'"),
         (["kv"], "allowed: prefill, decode, generate, overhead"),
-        ([], "leave the key out to run prefill, decode, generate, overhead (interleaved only"),
+        ([], "to run prefill, decode, generate, overhead, serve (interleaved only"),
         ("prefill", "non-empty list"),
     ],
 )
