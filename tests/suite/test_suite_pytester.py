@@ -193,7 +193,8 @@ def test_a_failing_cell_fails_only_its_own_tests_and_the_rest_is_saved(main_run)
     assert outcomes["passed"] == 2 * per_cell
     # test_interleaved's two tests skip on all 5 cells: the matrix does not name `interleaved`.
     opt_in = [line for line in result.outlines if "test_interleaved.py::" in line]
-    assert len(opt_in) == 2 * 5 and all("SKIPPED" in line for line in opt_in)
+    assert len(opt_in) == 2 * 5
+    assert all("SKIPPED" in line for line in opt_in)
     assert outcomes["skipped"] == 2 * per_cell + len(opt_in)
     assert outcomes["errors"] == per_cell  # every measurement of tiny-broken, at fixture setup
     result.stdout.fnmatch_lines(["*building tiny-broken on cpu in float32 failed*"])
