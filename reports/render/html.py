@@ -23,6 +23,7 @@ from typing import Any
 import jinja2
 
 from reports.analysis.series import Verdict
+from reports.analysis.trends import Trend
 from reports.render import engines, quant, serve, tp
 from reports.render.changes import change_text, first_screen, interval_text, mde_text
 from reports.render.headline import shift_said, shift_text
@@ -208,6 +209,21 @@ def roofline_data(chart: RooflineChart) -> dict[str, Any]:
     }
 
 
+def _trend_data(trend: Trend) -> dict[str, Any]:
+    return {
+        "title": trend.cell_id,
+        "metric": trend.metric,
+        "unit": trend.unit,
+        "x": list(trend.x),
+        "y": list(trend.y),
+        "labels": list(trend.label),
+        "steps": [
+            {"x": float(s.run_index), "rel": s.rel_change, "commit": s.commit_id[:10]}
+            for s in trend.steps
+        ],
+    }
+
+
 def chart_data(machine: MachineReport, index: int) -> dict[str, Any]:
     """JSON-ready chart series of one machine (emitted with `|tojson`)."""
     return {
@@ -216,36 +232,8 @@ def chart_data(machine: MachineReport, index: int) -> dict[str, Any]:
         ),
         "ticks": list(machine.run_ticks),
         "stack": [{"x": float(x), "text": text} for x, text in machine.stack_x],
-        "trends": {
-            f"t{index}-{i}": {
-                "title": t.cell_id,
-                "metric": t.metric,
-                "unit": t.unit,
-                "x": list(t.x),
-                "y": list(t.y),
-                "labels": list(t.label),
-                "steps": [
-                    {"x": float(s.run_index), "rel": s.rel_change, "commit": s.commit_id[:10]}
-                    for s in t.steps
-                ],
-            }
-            for i, t in enumerate(machine.trends)
-        },
-        "hosts": {
-            f"h{index}-{i}": {
-                "title": t.cell_id,
-                "metric": t.metric,
-                "unit": t.unit,
-                "x": list(t.x),
-                "y": list(t.y),
-                "labels": list(t.label),
-                "steps": [
-                    {"x": float(s.run_index), "rel": s.rel_change, "commit": s.commit_id[:10]}
-                    for s in t.steps
-                ],
-            }
-            for i, t in enumerate(machine.host_trends)
-        },
+        "trends": {f"t{index}-{i}": _trend_data(t) for i, t in enumerate(machine.trends)},
+        "hosts": {f"h{index}-{i}": _trend_data(t) for i, t in enumerate(machine.host_trends)},
         "curves": {
             f"c{index}-{i}": {
                 "title": c.cell_id,

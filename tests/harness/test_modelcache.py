@@ -66,6 +66,7 @@ def test_a_quantized_build_measures_accuracy_once_where_it_quantizes(tmp_path, m
 
     from benchmarks.harness import modelcache  # noqa: PLC0415
     from benchmarks.harness.model.models import load_model_spec  # noqa: PLC0415
+    from benchmarks.harness.runmode import quantcheck  # noqa: PLC0415
 
     config = load_model_spec("tiny-llama", MODELS).hf_config()
     torch.manual_seed(0)
@@ -85,6 +86,6 @@ def test_a_quantized_build_measures_accuracy_once_where_it_quantizes(tmp_path, m
     def no_forward(*_args, **_kwargs):
         raise AssertionError("record assembly ran the model again")
 
-    monkeypatch.setattr(modelcache, "measure_accuracy", no_forward)
+    monkeypatch.setattr(quantcheck, "measure_accuracy", no_forward)
     assert modelcache.quant_fields(int8, loaded) == fields  # read, not measured
     assert modelcache.quant_fields(dense, cache.get(dense)) == {}

@@ -103,9 +103,7 @@ def test_the_tiny_model_serves_exactly_n_tokens_with_continuous_batching_off_and
             "ttft_p90_s",
             "ttft_p99_s",
             "tpot_p50_s",
-            "itl_p50_s",
             "e2el_p99_s",
-            "itl_chunk_p50_s",
             "ttft_from_schedule_p50_s",
             "e2el_from_schedule_p50_s",
             "request_throughput_req_per_s",
@@ -115,6 +113,12 @@ def test_the_tiny_model_serves_exactly_n_tokens_with_continuous_batching_off_and
         ):
             assert isinstance(info[name], float), name
             assert info[name] > 0, name
+        # A server that joins queued events sends k tokens in one chunk: its extra tokens came
+        # with the first (gaps of 0), so on a busy host most per-token gaps may be 0
+        # (tests/harness/serve/test_metrics.py checks the figures on known chunks).
+        for name in ("itl_p50_s", "itl_p99_s", "itl_chunk_p50_s"):
+            assert info[name] is None or info[name] >= 0, name
+        assert info["itl_p99_s"] is not None
         assert len(info["round_series"]["tpot_p50_s"]) == 2
         assert len(record["stats"]["data"]) == 2  # one load pass per round
         assert Path(info["serve_log"]).is_file()

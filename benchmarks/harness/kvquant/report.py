@@ -36,8 +36,8 @@ from benchmarks.harness.quant.weights_cli import weights_measured
 
 
 class KVArguments(Protocol):
-    """What the report reads of the CLI's validated `kv` request (read-only; the CLI's
-    `runmode.kvlayout.KVArguments` has the same shape)."""
+    """What the report reads of the CLI's validated `kv` request (read-only; the static
+    report's `runmode.kvlayout.KVArguments` adds the dtype's name)."""
 
     @property
     def spec(self) -> ModelSpec: ...

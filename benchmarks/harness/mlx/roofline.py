@@ -18,13 +18,16 @@ from collections.abc import Callable
 from typing import Any
 
 from benchmarks.harness.roofline.flops import (
-    ATTENTION_PAIRS_RULE,
     UnsupportedArchitectureError,
     decode_step_flops,
     prefill_flops,
 )
 from benchmarks.harness.roofline.peaks import Peaks
-from benchmarks.harness.roofline.roofline import achieved_fraction, bandwidth_fraction
+from benchmarks.harness.roofline.roofline import (
+    achieved_fraction,
+    bandwidth_fraction,
+    peak_fields,
+)
 
 
 def weights_read_bytes(model: Any, *, rows: int) -> int:
@@ -58,21 +61,7 @@ def roofline_fields(
     decode_step_s: float | None = None,
 ) -> dict[str, float | str | None]:
     """`roofline_extra_info`'s fields for an MLX cell (`used_kv(positions)`: used KV bytes)."""
-    fields: dict[str, float | str | None] = {
-        "prefill_flop": None,
-        "prefill_bytes": None,
-        "prefill_flop_per_s": None,
-        "prefill_pct_of_peak_flops": None,
-        "decode_flop": None,
-        "decode_bytes": None,
-        "decode_bytes_per_s": None,
-        "decode_pct_of_peak_bandwidth": None,
-        "peak_flop_per_s": peaks.flop_per_s,
-        "peak_bandwidth_bytes_per_s": peaks.bandwidth_bytes_per_s,
-        "peak_source": peaks.source,
-        "peak_flop_tokens": peaks.flop_tokens,
-        "roofline_attention_pairs": ATTENTION_PAIRS_RULE,
-    }
+    fields = peak_fields(peaks)
     try:
         if prefill_s is not None and prefill_s > 0:
             flops = prefill_flops(config, batch=batch, prompt_len=prompt_len).total_flops

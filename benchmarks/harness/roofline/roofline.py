@@ -105,6 +105,27 @@ def bandwidth_fraction(
     return achieved_fraction(rate_bytes_per_s, peaks.bandwidth_bytes_per_s, what=what), None
 
 
+def peak_fields(peaks: Peaks) -> dict[str, float | str | None]:
+    """The roofline fields before any phase is placed: every rate None, the peaks it would be
+    read against (either engine's `roofline_extra_info` fills the rest)."""
+    return {
+        "prefill_flop": None,
+        "prefill_bytes": None,
+        "prefill_flop_per_s": None,
+        "prefill_pct_of_peak_flops": None,
+        "decode_flop": None,
+        "decode_bytes": None,
+        "decode_bytes_per_s": None,
+        "decode_pct_of_peak_bandwidth": None,
+        "peak_flop_per_s": peaks.flop_per_s,
+        "peak_bandwidth_bytes_per_s": peaks.bandwidth_bytes_per_s,
+        "peak_source": peaks.source,
+        # The most GEMM rows the measured FLOP/s peak ran (None: a table peak, or none).
+        "peak_flop_tokens": peaks.flop_tokens,
+        "roofline_attention_pairs": ATTENTION_PAIRS_RULE,
+    }
+
+
 def roofline_extra_info(
     model: nn.Module,
     *,
@@ -131,22 +152,7 @@ def roofline_extra_info(
     device's last-level cache (`peaks.cache_bytes`), a DRAM bandwidth roofline does not apply:
     `decode_pct_of_peak_bandwidth` is None and the note says why.
     """
-    fields: dict[str, float | str | None] = {
-        "prefill_flop": None,
-        "prefill_bytes": None,
-        "prefill_flop_per_s": None,
-        "prefill_pct_of_peak_flops": None,
-        "decode_flop": None,
-        "decode_bytes": None,
-        "decode_bytes_per_s": None,
-        "decode_pct_of_peak_bandwidth": None,
-        "peak_flop_per_s": peaks.flop_per_s,
-        "peak_bandwidth_bytes_per_s": peaks.bandwidth_bytes_per_s,
-        "peak_source": peaks.source,
-        # The most GEMM rows the measured FLOP/s peak ran (None: a table peak, or none).
-        "peak_flop_tokens": peaks.flop_tokens,
-        "roofline_attention_pairs": ATTENTION_PAIRS_RULE,
-    }
+    fields = peak_fields(peaks)
     try:
         if prefill_s is not None and prefill_s > 0:
             flops = prefill_flops(

@@ -43,9 +43,10 @@ from benchmarks.harness.kvquant.kvbytes import (
     kv_dequant_read_bytes_estimate,
     quantized_kv_bytes_per_token,
 )
+from benchmarks.harness.kvquant.report import KVArguments as QuantKVArguments
 from benchmarks.harness.matrix.cells import Cell
 from benchmarks.harness.model import compat
-from benchmarks.harness.model.models import ModelSpec, build_model
+from benchmarks.harness.model.models import build_model
 from benchmarks.harness.runmode.decide import causal_lm_class
 
 
@@ -230,35 +231,12 @@ def static_check(model: Any, prompt: torch.Tensor, cell: Cell, dtype: torch.dtyp
     return [m for m in (p.mismatch() for p in points) if m is not None]
 
 
-class KVArguments(Protocol):
-    """What `static_report` reads of the CLI's validated `kv` request (read-only)."""
-
-    @property
-    def spec(self) -> ModelSpec: ...
-
-    @property
-    def config(self) -> Any: ...
+class KVArguments(QuantKVArguments, Protocol):
+    """What `static_report` reads of the CLI's validated `kv` request (read-only): the quantized
+    report's fields and the dtype's name."""
 
     @property
     def dtype_name(self) -> str: ...
-
-    @property
-    def dtype(self) -> torch.dtype: ...
-
-    @property
-    def prompt_len(self) -> int: ...
-
-    @property
-    def new_tokens(self) -> int: ...
-
-    @property
-    def batch(self) -> int: ...
-
-    @property
-    def device(self) -> torch.device | None: ...
-
-    @property
-    def seed(self) -> int: ...
 
 
 def static_report(request: KVArguments, max_cache_len: int | None) -> tuple[dict[str, Any], bool]:
