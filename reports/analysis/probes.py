@@ -1,9 +1,9 @@
 """The host probes as evidence: how far the machine itself moved, by code that never changes.
 
 Every run records fixed, code-independent kernels (a memory-bound copy, a compute-bound GEMM;
-DESIGN §3) at its start, between its modules and at its end: the run's probe records, set apart
-from its benchmarks by `extra_info.host_probe` (`reports.history.runfile`). Here, per probe
-kind, on the log scale:
+DESIGN §3) at its start, between its tests (when 8 s have passed) and at its end: the run's
+probe records, set apart from its benchmarks by `extra_info.host_probe`
+(`reports.history.runfile`). Here, per probe kind, on the log scale:
 
 - a run's **probe level** is the median of its probe points (`stats.data`: one value per
   point), leaving out points the suite marked busy (another process took CPU during the probe);

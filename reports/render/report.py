@@ -130,6 +130,15 @@ class MachineReport:
     host_trends: tuple[Trend, ...] = ()  # the host probes' levels per run: the machine's trend
 
     @property
+    def lean_said(self) -> bool:
+        """Whether the report names the lean: it rejected, and an undecided timing leans or
+        nothing failed (a failing run whose lean names no undecided timing says nothing more
+        than its failures: they are what leans)."""
+        if self.lean is None or not self.lean.rejected:
+            return False
+        return bool(self.lean.leaning) or not any(v.verdict == "fail" for v in self.verdicts)
+
+    @property
     def consistency_summary(self) -> ConsistencySummary:
         """How many of the run's module pairs agree within the noise, and the furthest one."""
         return summarize_consistency(self.consistency)
