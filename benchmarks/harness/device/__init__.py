@@ -7,8 +7,9 @@ processes' CPU use), `fpstate` (FTZ/DAZ, pinned per cell), `noise` (warm-up unti
 pinning, thermal state), `fingerprint` (the machine and stack a run is recorded on, the MPS
 fallback refusal), `nvml` (a typed NVML wrapper), the energy counters (`rapl`, `powermetrics`,
 `energy`), `energyblock` (the block of timed calls energy per token is metered over),
-`gpuwindow` (the GPU's throttle time, clocks and power during the rounds) and `devstate` (GPU
-state and energy around a benchmark's timed rounds).
+`gpuwindow` (the GPU's throttle time, clocks and power during the rounds), `devstate` (GPU
+state and energy around a benchmark's timed rounds) and `proctree` (a process tree remembered as
+it is seen and ended whole: tp ranks, serving servers).
 The bottom of the library: nothing here knows a model or a cache.
 
 May import: benchmarks.harness.errors, torch, transformers, psutil, pynvml.

@@ -34,6 +34,7 @@ from types import TracebackType
 
 import psutil
 
+from benchmarks.harness.device.proctree import ProcessTree
 from benchmarks.harness.errors import ServeError
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -169,7 +170,7 @@ class Server:
         self.ready_s: float | None = None  # start -> first 200 from /v1/models
         self.survivors: tuple[int, ...] = ()
         self._guard: psutil.Popen | None = None
-        self._seen: dict[int, psutil.Process] = {}
+        self._tree: ProcessTree | None = None  # the guard and everything under it
 
     @property
     def base_url(self) -> str:
@@ -181,7 +182,7 @@ class Server:
     @property
     def pids(self) -> tuple[int, ...]:
         """Every process of the server's tree seen so far (the guard first)."""
-        return tuple(self._seen)
+        return () if self._tree is None else tuple(self._tree.seen)
 
     def __enter__(self) -> Server:
         self.start()
@@ -229,17 +230,12 @@ class Server:
                 guard, cwd=REPO_ROOT, env=env, stdout=log, stderr=log, stdin=None,
                 start_new_session=True,
             )  # fmt: skip
-        self._seen = {self._guard.pid: psutil.Process(self._guard.pid)}
+        self._tree = ProcessTree(self._guard.pid)
         self._start_s = time.perf_counter()
 
     def _remember(self) -> None:
-        if self._guard is None:
-            return
-        try:
-            for child in psutil.Process(self._guard.pid).children(recursive=True):
-                self._seen.setdefault(child.pid, child)
-        except psutil.NoSuchProcess:
-            pass
+        if self._tree is not None:
+            self._tree.poll()
 
     def _wait_ready(self) -> None:
         assert self._guard is not None
@@ -266,14 +262,7 @@ class Server:
 
     def alive(self) -> list[psutil.Process]:
         """The processes of the server's tree still running."""
-        out = []
-        for process in self._seen.values():
-            try:
-                if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
-                    out.append(process)
-            except psutil.NoSuchProcess:
-                continue
-        return out
+        return [] if self._tree is None else self._tree.alive()
 
     def stop(self) -> None:
         """Stop the server and everything it started (module docstring); idempotent."""
@@ -285,14 +274,8 @@ class Server:
             guard.terminate()  # the guard ends the server's group, SIGTERM then SIGKILL
             with contextlib.suppress(psutil.TimeoutExpired):
                 guard.wait(timeout=2 * self.grace_s + 2)
-        for sig in ("terminate", "kill"):
-            targets = self.alive()
-            for process in targets:
-                try:
-                    getattr(process, sig)()
-                except psutil.NoSuchProcess:
-                    continue
-            psutil.wait_procs(targets, timeout=self.grace_s)
+        if self._tree is not None:
+            self._tree.end(self.grace_s)  # what the guard missed (it was killed, or it hung)
         self.survivors = tuple(p.pid for p in self.alive())
         if self.survivors:
             raise ServeError(

@@ -28,7 +28,6 @@ import hashlib
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -37,12 +36,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
 import torch
 import transformers
 
 from benchmarks.harness.device.cpustate import allowed_cpus
 from benchmarks.harness.device.devices import dtype_name
+from benchmarks.harness.device.proctree import ProcessTree
 from benchmarks.harness.model.models import ModelSpec, build_model
 from benchmarks.harness.model.saved import save_once
 from benchmarks.harness.tp.bytes import TPError
@@ -184,43 +183,6 @@ class LaunchResult:
         return self.reason is None and not self.survivors
 
 
-class _Tree:
-    """Every process under the launched torchrun, remembered as it is seen."""
-
-    def __init__(self, root_pid: int) -> None:
-        self.root = psutil.Process(root_pid)
-        self.seen: dict[int, psutil.Process] = {root_pid: self.root}
-
-    def poll(self) -> None:
-        try:
-            for child in self.root.children(recursive=True):
-                self.seen.setdefault(child.pid, child)
-        except psutil.NoSuchProcess:  # torchrun gone: its workers are remembered already
-            pass
-
-    def alive(self) -> list[psutil.Process]:
-        out = []
-        for process in self.seen.values():
-            try:
-                if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
-                    out.append(process)
-            except psutil.NoSuchProcess:
-                continue
-        return out
-
-    def end(self, grace_s: float) -> None:
-        """SIGTERM every live process seen, SIGKILL what is left after `grace_s`."""
-        self.poll()
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            targets = self.alive()
-            for process in targets:
-                try:
-                    process.send_signal(sig)  # psutil refuses a pid reused since it was seen
-                except psutil.NoSuchProcess:
-                    continue
-            psutil.wait_procs(targets, timeout=grace_s)
-
-
 def run_tp(
     model_dir: Path,
     out: Path,
@@ -252,7 +214,7 @@ def run_tp(
             command, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip
-        tree = _Tree(proc.pid)
+        tree = ProcessTree(proc.pid)
         timed_out = False
         try:
             while proc.poll() is None:
