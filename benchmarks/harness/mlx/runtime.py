@@ -43,7 +43,10 @@ def mx_device(device: torch.device) -> Any:
         return mx.Device(mx.gpu)
     if device.type == "cpu":
         return mx.Device(mx.cpu)
-    raise DeviceError(f"engine mlx runs on mps (Metal) or cpu, not {device.type}")
+    raise DeviceError(
+        f"engine mlx runs on mps (Metal) or cpu, not {device.type}: list `engine: mlx` cells "
+        "under `devices: [mps]` or `[cpu]` in the matrix"
+    )
 
 
 def device_name(device: torch.device) -> str:

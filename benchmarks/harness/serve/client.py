@@ -275,7 +275,10 @@ async def _models(base_url: str, timeout_s: float) -> list[str]:
         session.get(base_url + "/v1/models") as response,
     ):
         if response.status != 200:
-            raise ServeError(f"{base_url}/v1/models answered HTTP {response.status}")
+            raise ServeError(
+                f"{base_url}/v1/models answered HTTP {response.status}: is this an "
+                "OpenAI-compatible server? (check --serve-url, or the server's log)"
+            )
         document = await response.json(content_type=None)
     data = document.get("data") if isinstance(document, Mapping) else None
     return [str(m["id"]) for m in data or [] if isinstance(m, Mapping) and "id" in m]
