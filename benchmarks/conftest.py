@@ -43,7 +43,12 @@ from benchmarks.harness.device.noise import thermal_state
 from benchmarks.harness.engine import make_prompt
 from benchmarks.harness.matrix.cells import Cell
 from benchmarks.harness.modelcache import ModelCache
-from benchmarks.suite.collect import pytest_collection_modifyitems, pytest_generate_tests
+from benchmarks.suite import handoff
+from benchmarks.suite.collect import (
+    kv_test_cell_id,
+    pytest_collection_modifyitems,
+    pytest_generate_tests,
+)
 from benchmarks.suite.configure import (
     PARTIAL,
     models_dir_option,
@@ -159,12 +164,14 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def pytest_runtest_protocol(
     item: pytest.Item, nextitem: pytest.Item | None
 ) -> Generator[None, object, object]:
-    """After each test (teardown included, so its record is final), rewrite the partial file."""
+    """After each test (teardown included, so its record is final), rewrite the partial file;
+    drop a kept asserting pass unless the next test is its cell's KV test (`suite.handoff`)."""
     try:
         result = yield
         item.config.stash.setdefault(FINISHED, set()).add(item.nodeid)
         return result
     finally:
+        handoff.release_unless(kv_test_cell_id(nextitem))
         if PARTIAL in item.config.stash:
             item.config.stash[PARTIAL].write()
 

@@ -9,7 +9,8 @@ next setup (`benchmarks.suite.rounds.Rounds`), so the timed path reads no counte
 
 After the rounds, one untimed **asserting pass** (`Engine.generate`, the same loop with KV
 bytes, memory counters and CPU time recorded at every phase boundary) gives the KV bytes after
-prefill and after every step, the per-phase `resource_samples` and the state/static checks.
+prefill and after every step, the per-phase `resource_samples` and the state/static checks;
+the cell's `test_kv_cache`, which runs next, asserts on the same pass (`suite.handoff`).
 What that recording costs is measured, not estimated, and reported apart:
 `bookkeeping_per_step_s` = the pass's median client gap minus the rounds' median gap.
 
@@ -38,6 +39,7 @@ from benchmarks.harness.engine import Generation
 from benchmarks.harness.overhead import bookkeeping_per_step_s
 from benchmarks.harness.profiling import profile_generation
 from benchmarks.harness.records import GenerationFigures, generation_metrics, jsonable
+from benchmarks.suite import handoff
 from benchmarks.suite.rounds import (
     CellRun,
     Rounds,
@@ -118,7 +120,6 @@ def test_generate(run: CellRun, pytestconfig: pytest.Config, benchmark: Any) -> 
             "resource_samples": jsonable(checked.samples),
         }
     )
-    del checked  # the final cache is not needed past here (profiling builds its own)
     progress(
         f"{cell.id}: e2e {info['e2e_s']:.3f} s, ttft {info['ttft_s'] * 1e3:.1f} ms, "
         f"tpot {(info['tpot_s'] or 0.0) * 1e3:.2f} ms, "
@@ -127,7 +128,12 @@ def test_generate(run: CellRun, pytestconfig: pytest.Config, benchmark: Any) -> 
     assert not final.mismatches, f"after {cell.new_tokens} tokens: {'; '.join(final.mismatches)}"
 
     profile_dir = pytestconfig.getoption("profile")
-    if profile_dir:
+    if not profile_dir:
+        # The cell's KV test asserts on this same pass (`suite.handoff`) rather than generate N
+        # tokens again; kept only until that next test, never into another cell's peaks.
+        handoff.keep(cell.id, checked)
+    else:
+        del checked  # the profiled generation's memory holds no other cache
         trace = Path(profile_dir) / f"{_file_safe(cell.id)}.trace.json"
         artifact = profile_generation(
             loaded.model, loaded.device, prompt, cell.new_tokens, trace, warmup_generations=0

@@ -12,20 +12,20 @@ N new tokens = 1 prefill + (N - 1) decode steps, and the final cache holds P + N
   (synchronized: `prefill_s`) -> D2H of token 1 (`ttft_s`, client-observed), then the cache in
   the form the model takes back.
 * `decode_step(token, cache, position)`: one forward of `[B, 1]` with the cache, argmax -> next
-  token. It times nothing, so a benchmark can time exactly it. `position` (the fed token's
-  position: the cache's length) is handed to forwards that take `cache_position` (4.x), so the
-  model never asks a static cache for its length inside a step (`compat.position_kwarg`).
+  token; it times nothing. `position` (the fed token's position: the cache's length) goes to
+  forwards that take `cache_position` (4.x): no static cache is asked its length in a step.
 * `client_generate(input_ids, N)`: the whole loop as a client runs it, and what the suite
   times: per token only the forward, the argmax, the syncs around the model-side step and the
   token's copy to the host. `step_s` are the N - 1 synchronized model-side decode steps; `gap_s`
   the client-observed gaps between successive token ids arriving on the host (tokens 2..N).
-* `generate(input_ids, N)`: the same loop with resources recorded at every phase boundary (KV
-  bytes, memory counters and their per-phase peaks, CPU meter; `memory.PhaseRecorder`): the
-  untimed pass the KV and state checks assert on. Its gaps and `e2e_s` include that
-  bookkeeping, which is how its cost is measured (`bookkeeping_per_step_s`: its median gap
-  minus the plain loop's); its `step_s`, `prefill_s` and `ttft_s` do not. Memory peaks are reset
-  right before each phase (before the `before_prefill` sample, so no earlier work leaks into
-  the prefill's peak), and nothing of one phase is kept into the next beyond the cache.
+* `generate(input_ids, N, probe=None)`: the same loop with resources recorded at every phase
+  boundary (KV bytes, memory counters and their per-phase peaks, CPU meter; `PhaseRecorder`),
+  and `probe(cache)` there when given: the untimed pass the KV and state checks assert on. Its
+  gaps and `e2e_s` include that bookkeeping, which is how its cost is measured
+  (`bookkeeping_per_step_s`: its median gap minus the plain loop's); its `step_s`, `prefill_s`
+  and `ttft_s` do not. Memory peaks are reset right before each phase (before the
+  `before_prefill` sample, so no earlier work leaks into the prefill's peak), and nothing of one
+  phase is kept into the next beyond the cache.
 * `snapshot(cache)` / `restore(snapshot)`: a cache of exactly the snapshot's positions, so a
   decode step can be timed at a fixed context length round after round (a fresh copy, or for a
   static cache the same buffers rewritten in place).
@@ -105,6 +105,7 @@ class DecodeResult(Generation):
     kv_bytes_per_step: tuple[int, ...]  # after each of the N - 1 decode steps
     samples: tuple[ResourceSample, ...]  # 1 before_prefill + 1 after_prefill + N - 1 after_decode
     memory_labels: Mapping[str, str]
+    probed: tuple[Any, ...] = ()  # `probe(cache)` after the prefill and after each step
 
     @property
     def peak_allocated_bytes(self) -> int | None:
@@ -279,15 +280,19 @@ class Engine:
         """
         return self._loop(input_ids, new_tokens, None)
 
-    def generate(self, input_ids: torch.Tensor, new_tokens: int) -> DecodeResult:
+    def generate(
+        self, input_ids: torch.Tensor, new_tokens: int, probe: Callable[[Any], Any] | None = None
+    ) -> DecodeResult:
         """N tokens greedily with every phase boundary recorded: the untimed asserting pass.
 
-        The same loop as `client_generate`, plus KV bytes, memory counters and CPU time after
-        the prefill and after every step (`memory.PhaseRecorder`), which the KV and state
-        checks assert; the time that costs shows in its gaps (`bookkeeping_per_step_s`).
+        `client_generate`'s loop, plus KV bytes, memory counters and CPU time after the prefill
+        and every step (the cost shows in its gaps: `bookkeeping_per_step_s`); `probe(cache)`
+        at the same points, after the recorder, gives `probed` (a static cache's used bytes).
         """
         recorder = PhaseRecorder(self.device)
-        run = self._loop(input_ids, new_tokens, recorder)
+        probed: list[Any] = []
+        sink = None if probe is None else (lambda cache: probed.append(probe(cache)))
+        run = self._loop(input_ids, new_tokens, recorder, sink)
         kv_bytes = [s.kv_bytes for s in recorder.samples[1:]]
         return DecodeResult(
             **{f.name: getattr(run, f.name) for f in fields(Generation)},
@@ -295,10 +300,15 @@ class Engine:
             kv_bytes_per_step=tuple(kv_bytes[1:]),
             samples=tuple(recorder.samples),
             memory_labels=recorder.monitor.labels,
+            probed=tuple(probed),
         )
 
     def _loop(
-        self, input_ids: torch.Tensor, new_tokens: int, recorder: PhaseRecorder | None
+        self,
+        input_ids: torch.Tensor,
+        new_tokens: int,
+        recorder: PhaseRecorder | None,
+        probe: Callable[[Any], None] | None = None,
     ) -> Generation:
         if input_ids.dim() != 2:
             raise EngineError(
@@ -317,6 +327,8 @@ class Engine:
         del prefill  # a legacy-tuple cache must not outlive its replacement in the steps below
         if recorder is not None:
             recorder.end_phase("after_prefill", 0, partial(self._kv_bytes, cache))
+        if probe is not None:
+            probe(cache)
 
         step_s: list[float] = []
         gap_s: list[float] = []
@@ -333,6 +345,8 @@ class Engine:
             step_s.append(watch.elapsed_s)
             if recorder is not None:
                 recorder.end_phase("after_decode", step, partial(self._kv_bytes, cache))
+            if probe is not None:
+                probe(cache)
         e2e_s = time.perf_counter() - call_start_s
         return Generation(
             generated_ids=torch.cat(host_tokens, dim=-1),

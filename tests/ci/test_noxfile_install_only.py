@@ -127,3 +127,12 @@ def test_no_install_on_a_reused_environment_installs_nothing_and_still_runs(
     noxfile.tests.func(a_session(tmp_path, install_only=False, reused=True), "5.24.0")
     assert processes.installs == []
     assert processes.commands[0][:4] == ["python", "-m", "pytest", "tests"]
+
+
+def test_the_quantized_session_builds_quantos_extension_as_an_install_step(
+    tmp_path: Path, processes: Processes
+) -> None:
+    """Under --install-only too: compiling quanto is installing, not measuring (~40 s a fresh
+    environment would otherwise spend inside the matrix's run)."""
+    noxfile.bench_cpu_quant.func(a_session(tmp_path, install_only=True))
+    assert processes.commands == [["python", "-m", "benchmarks.harness.kvquant.quantobuild", "cpu"]]

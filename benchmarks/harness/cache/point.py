@@ -12,15 +12,17 @@ the same record fields, so `test_prefill_forward`, `test_decode`, `test_generate
   bytes, the engine's own extra fields (torch: recurrent state, static cache; MLX: used bytes,
   cache classes) and what among them does not match.
 * `extra_fields(context_len)`: per-cell fields (a quantized cache's bytes per token ...).
+* `probe`: what the asserting pass (`Engine.generate(..., probe=...)`) must also read of the
+  cache at every boundary for `checks` (torch: a static cache's used bytes), or None.
 * `checks(prompt, result)`: further mismatches of a recorded generation (torch: a static cache
-  at every point; MLX: the used bytes at every point).
+  at every point, from `result.probed`; MLX: the used bytes at every point).
 
 It deliberately holds no accounting itself.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -56,6 +58,11 @@ class KVAccount(Protocol):
 
     def extra_fields(self, context_len: int | None) -> dict[str, Any]:
         """Per-cell fields; `context_len` for a decode step's (None: a prefill or generation)."""
+        ...
+
+    @property
+    def probe(self) -> Callable[[Any], Any] | None:
+        """What the asserting pass reads of the cache at every boundary for `checks` (None)."""
         ...
 
     def checks(self, prompt: Any, result: Any) -> list[str]:

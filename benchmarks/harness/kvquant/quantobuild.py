@@ -113,3 +113,34 @@ def ensure_quanto_built(device_type: str = "cpu", *, wait_s: float = DEFAULT_WAI
             f"building quanto's {device_type} extension in {extension.build_directory} failed "
             f"({type(error).__name__}: {error}); check g++/clang++, ninja (and nvcc on CUDA)."
         ) from error
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m benchmarks.harness.kvquant.quantobuild DEVICE`: build the extension now.
+
+    The quantized benchmark sessions run it at install time (`noxfile.py`), so a fresh
+    environment compiles quanto once there (~40 s on 2 cores), not inside the matrix's run.
+    Exit 0: built or loaded; 1: the build failed (the quanto cells then fail with the same
+    message, the others run); 2: quanto has no extension for that device here.
+    """
+    import sys  # noqa: PLC0415 - the command line only
+
+    args = sys.argv[1:] if argv is None else argv
+    device_type = args[0] if args else "cpu"
+    try:
+        quanto_extension(device_type)
+    except (KVError, ImportError) as error:
+        print(f"quanto extension for {device_type}: nothing to build ({error})", file=sys.stderr)
+        return 2
+    started_s = time.perf_counter()
+    try:
+        ensure_quanto_built(device_type)
+    except KVError as error:
+        print(f"quanto extension for {device_type}: {error}", file=sys.stderr)
+        return 1
+    print(f"quanto extension for {device_type}: ready in {time.perf_counter() - started_s:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -15,6 +15,7 @@ It deliberately imports no mlx: it reads the measured caches through `measure.py
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from benchmarks.harness.cache.point import KVPoint
@@ -86,6 +87,11 @@ class MlxKV:
         if self._notes:
             fields["kv_mlx_note"] = "; ".join(self._notes)
         return fields
+
+    @property
+    def probe(self) -> Callable[[Any], Any] | None:
+        """None: the engine's pass reads the used bytes itself (`kv_used_bytes`)."""
+        return None
 
     def checks(self, prompt: Any, result: Any) -> list[str]:
         """The used bytes after the prefill and after every decode step of `result`."""

@@ -178,11 +178,18 @@ class MlxEngine:
         """N tokens greedily as a client runs them: what the suite times (`test_generate`)."""
         return self._loop(input_ids, new_tokens, None, [])
 
-    def generate(self, input_ids: torch.Tensor, new_tokens: int) -> MlxDecodeResult:
-        """The same loop with every phase boundary recorded: the untimed asserting pass."""
+    def generate(
+        self, input_ids: torch.Tensor, new_tokens: int, probe: Callable[[Any], Any] | None = None
+    ) -> MlxDecodeResult:
+        """The same loop with every phase boundary recorded: the untimed asserting pass.
+
+        `probe(cache)`, when given, reads the cache at each boundary too (`probed`), as torch's.
+        """
         recorder = PhaseRecorder(self.device, MlxCounters())
         measured: list[MeasuredMlxKV] = []
-        run = self._loop(input_ids, new_tokens, recorder, measured)
+        probed: list[Any] = []
+        sink = None if probe is None else (lambda cache: probed.append(probe(cache)))
+        run = self._loop(input_ids, new_tokens, recorder, measured, sink)
         kv_bytes = [s.kv_bytes for s in recorder.samples[1:]]
         return MlxDecodeResult(
             **{f.name: getattr(run, f.name) for f in fields(Generation)},
@@ -191,6 +198,7 @@ class MlxEngine:
             samples=tuple(recorder.samples),
             memory_labels=recorder.monitor.labels,
             kv_used_bytes=tuple(m.used_bytes for m in measured),
+            probed=tuple(probed),
         )
 
     def _kv_bytes(self, cache: list[Any], measured: list[MeasuredMlxKV]) -> int:
@@ -204,6 +212,7 @@ class MlxEngine:
         new_tokens: int,
         recorder: PhaseRecorder | None,
         measured: list[MeasuredMlxKV],
+        probe: Callable[[Any], None] | None = None,
     ) -> Generation:
         self.check_request(int(input_ids.shape[-1]), new_tokens)
         call_start_s = time.perf_counter()
@@ -215,6 +224,8 @@ class MlxEngine:
         host_tokens = [prefill.host_token]
         if recorder is not None:
             recorder.end_phase("after_prefill", 0, partial(self._kv_bytes, cache, measured))
+        if probe is not None:
+            probe(cache)
         step_s: list[float] = []
         gap_s: list[float] = []
         prompt_len = int(input_ids.shape[-1])
@@ -231,6 +242,8 @@ class MlxEngine:
             step_s.append(elapsed_s)
             if recorder is not None:
                 recorder.end_phase("after_decode", step, partial(self._kv_bytes, cache, measured))
+            if probe is not None:
+                probe(cache)
         e2e_s = time.perf_counter() - call_start_s
         return Generation(
             generated_ids=torch.cat(host_tokens, dim=-1),

@@ -2,7 +2,8 @@
 
 Dynamic caches are `cache.kv`'s analytic layout against `cache.measure`'s logical bytes; a
 static cell's layers hold their allocated positions (`kvlayout.analytic_layout`) with its
-allocated and used bytes beside (`static_fields`), checked at every point by `static_check`; a
+allocated and used bytes beside (`static_fields`), read at every point of the asserting pass by
+`probe` and checked by `static_check`; a
 quantized cell's packed bytes (`kv_quant_fields`); hybrid models' recurrent state
 (`cache.state`). This is what the test functions computed inline before MLX (DESIGN §14) made a
 second engine: the same calls, behind the protocol.
@@ -10,6 +11,7 @@ second engine: the same calls, behind the protocol.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -18,6 +20,7 @@ from benchmarks.harness.cache.kv import kv_bytes_per_token
 from benchmarks.harness.cache.measure import measure_kv
 from benchmarks.harness.cache.point import KVPoint
 from benchmarks.harness.cache.state import state_fields, state_mismatch
+from benchmarks.harness.cache.static import measure_static_kv
 from benchmarks.harness.matrix.cells import Cell
 from benchmarks.harness.model import compat
 from benchmarks.harness.runmode.kvlayout import (
@@ -70,9 +73,15 @@ class TorchKV:
         """A quantized cache's packed bytes per token (and a decode step's read estimate)."""
         return kv_quant_fields(self._cell, self._config, self._dtype, context_len)
 
+    @property
+    def probe(self) -> Callable[[Any], Any] | None:
+        """A static cell's cache read at every boundary of the asserting pass (`checks`)."""
+        return measure_static_kv if self._cell.cache == "static" else None
+
     def checks(self, prompt: Any, result: Any) -> list[str]:
-        """A static cell's allocated and used bytes at every point (DESIGN §9)."""
-        del result  # the static check runs its own loop on the cell's cache
+        """A static cell's allocated and used bytes at every point (DESIGN §9), from the
+        readings `probe` took in `result`'s pass."""
         if self._cell.cache != "static":
             return []
-        return static_check(self._model, prompt, self._cell, self._dtype)
+        probed = getattr(result, "probed", ())
+        return static_check(self._config, prompt, self._cell, self._dtype, probed)

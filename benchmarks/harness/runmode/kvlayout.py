@@ -10,9 +10,9 @@
   other cells).
 * `static_fields(cell, config, dtype, cache, seq_len)`: a static cell's allocated and used
   bytes, analytic and measured, for `extra_info` (nothing for other cells).
-* `static_check(engine, prompt, cell, dtype)`: one untimed generation on the cell's static
-  cache; after the prefill and after every decode step, allocated and used bytes per layer,
-  analytic against measured (`static`). Returns the points and their mismatches.
+* `static_check(config, prompt, cell, dtype, probed)`: a static cell's cache as the engine's
+  asserting pass read it after the prefill and after every decode step, allocated and used
+  bytes per layer, analytic against measured (`static`). Returns the mismatches.
 * `static_report(request, max_cache_len)` / `run_static_cli`: the `kv` CLI's JSON for
   `--cache static [--max-cache-len L]` (exit 0, or 1 when measured bytes differ).
 
@@ -22,6 +22,7 @@ It deliberately does not time anything and does not choose which cells are stati
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -203,14 +204,25 @@ def static_points(
     model: Any, prompt: torch.Tensor, new_tokens: int, max_cache_len: int, dtype: torch.dtype
 ) -> list[StaticPoint]:
     """Analytic and measured static-cache bytes after the prefill and after every step."""
-    batch, prompt_len = int(prompt.shape[0]), int(prompt.shape[1])
-    cache = make_static_cache(model, batch=batch, max_cache_len=max_cache_len)
+    cache = make_static_cache(model, batch=int(prompt.shape[0]), max_cache_len=max_cache_len)
     measured = _static_loop(model, prompt, new_tokens, cache)
+    return paired_points(model.config, measured, prompt, max_cache_len, dtype)
+
+
+def paired_points(
+    config: Any,
+    measured: Sequence[StaticKV],
+    prompt: torch.Tensor,
+    max_cache_len: int,
+    dtype: torch.dtype,
+) -> list[StaticPoint]:
+    """Each measured state (after the prefill, then after each step) beside its prediction."""
+    batch, prompt_len = int(prompt.shape[0]), int(prompt.shape[1])
     return [
         StaticPoint(
             positions=prompt_len + step,
             analytic=analytic_static_kv(
-                model.config,
+                config,
                 dtype=dtype,
                 batch=batch,
                 max_cache_len=max_cache_len,
@@ -222,12 +234,25 @@ def static_points(
     ]
 
 
-def static_check(model: Any, prompt: torch.Tensor, cell: Cell, dtype: torch.dtype) -> list[str]:
-    """Mismatches of a static cell's cache after the prefill and after every step (none: [])."""
+def static_check(
+    config: Any, prompt: torch.Tensor, cell: Cell, dtype: torch.dtype, probed: Sequence[Any]
+) -> list[str]:
+    """Mismatches of a static cell's cache after the prefill and after every step (none: []).
+
+    `probed`: `measure_static_kv` of the cell's own cache at every boundary of the engine's
+    asserting pass (`Engine.generate(..., probe=measure_static_kv)`): the cache the cell's
+    rounds used, through the calls they made, so a compiled cell checks its compiled path and
+    compiles nothing new (a loop of its own, with other arguments, recompiled: 13 s per cell).
+    """
     positions = cell.cache_positions
     if positions is None:
         raise ValueError(f"{cell.id} has no static cache")  # a bug in the caller
-    points = static_points(model, prompt.to(model.device), cell.new_tokens, positions, dtype)
+    if len(probed) != cell.new_tokens:
+        return [
+            f"{len(probed)} static-cache readings for {cell.new_tokens} points (the asserting "
+            "pass ran without the cell's probe)"
+        ]
+    points = paired_points(config, [*probed], prompt, positions, dtype)
     return [m for m in (p.mismatch() for p in points) if m is not None]
 
 

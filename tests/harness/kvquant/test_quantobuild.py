@@ -87,3 +87,21 @@ def test_a_loaded_extension_is_not_checked_again(monkeypatch, tmp_path):
     monkeypatch.setattr(extension, "_lib", object())
     (tmp_path / LOCK_NAME).touch()
     ensure_quanto_built("cpu", wait_s=0)  # returns at once: the library is already loaded
+
+
+def test_the_install_step_says_built_failed_or_nothing_to_build(monkeypatch, capsys):
+    """`python -m ...quantobuild DEVICE` (the quantized sessions' install step): its exit code
+    tells nox whether the build failed (1) or there was nothing to build (2)."""
+    pytest.importorskip("optimum.quanto", reason="optimum-quanto is not installed")
+    assert quantobuild.main(["tpu"]) == 2
+    assert "nothing to build" in capsys.readouterr().err
+
+    def broken(device_type, **_):
+        raise KVError(f"building quanto's {device_type} extension failed (no g++)")
+
+    monkeypatch.setattr(quantobuild, "ensure_quanto_built", broken)
+    assert quantobuild.main(["cpu"]) == 1
+    assert "no g++" in capsys.readouterr().err
+    monkeypatch.setattr(quantobuild, "ensure_quanto_built", lambda device_type, **_: None)
+    assert quantobuild.main(["cpu"]) == 0
+    assert "quanto extension for cpu: ready" in capsys.readouterr().out

@@ -8,10 +8,11 @@ import pytest
 import torch
 
 from benchmarks.harness.cache.kv import analytic_kv
-from benchmarks.harness.cache.static import analytic_static_kv
-from benchmarks.harness.engine import make_prompt
+from benchmarks.harness.cache.static import _layer_tensors, analytic_static_kv, measure_static_kv
+from benchmarks.harness.engine import Engine, make_prompt
 from benchmarks.harness.matrix.cells import Cell
 from benchmarks.harness.model.models import build_model, load_model_spec
+from benchmarks.harness.runmode.decide import configure_engine
 from benchmarks.harness.runmode.kvlayout import expected_logical_bytes, static_check, static_report
 
 CPU = torch.device("cpu")
@@ -34,14 +35,52 @@ def test_dynamic_cells_expect_the_dynamic_layout_and_static_cells_the_allocation
     assert static.allocated_bytes == dynamic * 16 // 13  # 16 = P + N - 1 positions allocated
 
 
+def _static_pass(model, prompt, static_cell):
+    """The engine's asserting pass on the cell's own static cache, read at every point."""
+    engine = Engine(model, CPU)
+    configure_engine(engine, static_cell)
+    return engine.generate(prompt, static_cell.new_tokens, probe=measure_static_kv)
+
+
 def test_the_static_check_of_a_cell_finds_no_mismatch_and_would_see_one():
-    model = build_model(SPEC, CPU, torch.float32)
+    model = build_model(SPEC, CPU, torch.float32).eval()
     prompt = make_prompt(2, 12, 256, seed=0)
-    assert static_check(model, prompt, cell(cache="static"), torch.float32) == []
+    static = cell(cache="static")
+    result = _static_pass(model, prompt, static)
+    assert len(result.probed) == static.new_tokens  # after the prefill and after each step
+    config = model.config
+    assert static_check(config, prompt, static, torch.float32, result.probed) == []
     with pytest.raises(ValueError, match="has no static cache"):
-        static_check(model, prompt, cell(), torch.float32)
+        static_check(config, prompt, cell(), torch.float32, result.probed)
     # A wrong expectation (bfloat16 bytes for a float32 cache) is reported, not hidden.
-    assert static_check(model, prompt, cell(cache="static"), torch.bfloat16)
+    assert static_check(config, prompt, static, torch.bfloat16, result.probed)
+    # A pass that read nothing (run without the probe) cannot pass for a checked one.
+    (missing,) = static_check(config, prompt, static, torch.float32, ())
+    assert "0 static-cache readings for 5 points" in missing
+
+
+def test_the_static_check_reads_the_used_positions_of_the_cells_own_cache():
+    """A cache whose reset left a stale position written shows up in the used bytes."""
+    model = build_model(SPEC, CPU, torch.float32).eval()
+    prompt = make_prompt(2, 12, 256, seed=0)
+    static = cell(cache="static")
+    engine = Engine(model, CPU)
+    configure_engine(engine, static)
+    engine.generate(prompt, static.new_tokens)  # fills the slot's cache; the next reset zeroes it
+    slot = engine.start_cache
+    reset = slot.__call__
+
+    def stale_reset(batch):
+        cache = reset(batch)
+        with torch.inference_mode():  # the cache's buffers are inference tensors
+            for keys, _ in _layer_tensors(cache):
+                keys[:, :, -1, :] = 1.0  # the last position stays "written"
+        return cache
+
+    engine.start_cache = stale_reset
+    result = engine.generate(prompt, static.new_tokens, probe=measure_static_kv)
+    wrong = static_check(model.config, prompt, static, torch.float32, result.probed)
+    assert len(wrong) == static.new_tokens - 1  # every point but the last, where it is used
 
 
 def request(device):
