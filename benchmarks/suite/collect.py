@@ -181,7 +181,7 @@ def _without_cells(item: pytest.Item) -> bool:
 
 def kv_test_cell_id(item: pytest.Item | None) -> str | None:
     """The cell of `item` when it is a KV-cache test (`suite.handoff`), else None."""
-    if item is None or getattr(item, "path", None) is None or item.path.stem != "test_kv_cache":
+    if item is None or item.path.stem != "test_kv_cache":
         return None
     return _cell_id(item)
 

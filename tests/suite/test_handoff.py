@@ -12,7 +12,7 @@ import json
 import pytest
 
 from benchmarks.suite import handoff
-from tests.suite.test_suite_pytester import MODELS, run_suite, write_matrix
+from tests.suite.test_suite_pytester import ONE, models_dir, run_suite, write_matrix
 
 pytest_plugins = ["pytester"]
 
@@ -39,18 +39,8 @@ def pytest_runtest_call(item):
     _log({"test": item.name, "kept": sorted(handoff._KEPT)})
 """
 
-MATRIX = """\
-models: [tiny-llama]
-devices: [cpu]
-dtypes: [float32]
-batch: [1]
-prompt_len: [8]
-new_tokens: [3]
-cache: [dynamic, static]
-measurements: [prefill, decode, generate]
-warmup: 0
-rounds: 1
-"""
+# One tiny cell (the suite's `ONE`) with a dynamic and a static cache.
+MATRIX = ONE + "cache: [dynamic, static]\nmeasurements: [prefill, decode, generate]\n"
 
 
 def _run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, *extra: str) -> list[dict]:
@@ -58,9 +48,7 @@ def _run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, *extra: str
     log = pytester.path / "handoff.jsonl"
     log.unlink(missing_ok=True)
     monkeypatch.setenv("HANDOFF_LOG", str(log))
-    models = pytester.path / "models"
-    models.mkdir(exist_ok=True)
-    (models / "tiny-llama.yaml").write_text((MODELS / "tiny-llama.yaml").read_text())
+    models = models_dir(pytester.path)
     matrix = write_matrix(pytester.path / "m.yaml", MATRIX)
     result = run_suite(
         pytester, "-p", "spy", "--matrix", str(matrix), "--models-dir", str(models),

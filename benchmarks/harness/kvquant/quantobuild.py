@@ -16,6 +16,7 @@ naming the file to delete; one held by a live build is waited for up to `wait_s`
 from __future__ import annotations
 
 import importlib
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -123,8 +124,6 @@ def main(argv: list[str] | None = None) -> int:
     Exit 0: built or loaded; 1: the build failed (the quanto cells then fail with the same
     message, the others run); 2: quanto has no extension for that device here.
     """
-    import sys  # noqa: PLC0415 - the command line only
-
     args = sys.argv[1:] if argv is None else argv
     device_type = args[0] if args else "cpu"
     try:

@@ -2,11 +2,10 @@
 
 Dynamic caches are `cache.kv`'s analytic layout against `cache.measure`'s logical bytes; a
 static cell's layers hold their allocated positions (`kvlayout.analytic_layout`) with its
-allocated and used bytes beside (`static_fields`), read at every point of the asserting pass by
-`probe` and checked by `static_check`; a
-quantized cell's packed bytes (`kv_quant_fields`); hybrid models' recurrent state
-(`cache.state`). This is what the test functions computed inline before MLX (DESIGN §14) made a
-second engine: the same calls, behind the protocol.
+allocated and used bytes beside (`static_fields`), read at every point of the asserting pass
+(`probe`) and checked by `static_check`; a quantized cell's packed bytes (`kv_quant_fields`);
+hybrid models' recurrent state (`cache.state`). This is what the test functions computed
+inline before MLX (DESIGN §14) made a second engine: the same calls, behind the protocol.
 """
 
 from __future__ import annotations
@@ -83,5 +82,5 @@ class TorchKV:
         readings `probe` took in `result`'s pass."""
         if self._cell.cache != "static":
             return []
-        probed = getattr(result, "probed", ())
-        return static_check(self._config, prompt, self._cell, self._dtype, probed)
+        del prompt  # the cell says its batch and prompt length
+        return static_check(self._config, self._cell, self._dtype, result.probed)

@@ -10,7 +10,7 @@
   other cells).
 * `static_fields(cell, config, dtype, cache, seq_len)`: a static cell's allocated and used
   bytes, analytic and measured, for `extra_info` (nothing for other cells).
-* `static_check(config, prompt, cell, dtype, probed)`: a static cell's cache as the engine's
+* `static_check(config, cell, dtype, probed)`: a static cell's cache as the engine's
   asserting pass read it after the prefill and after every decode step, allocated and used
   bytes per layer, analytic against measured (`static`). Returns the mismatches.
 * `static_report(request, max_cache_len)` / `run_static_cli`: the `kv` CLI's JSON for
@@ -204,20 +204,29 @@ def static_points(
     model: Any, prompt: torch.Tensor, new_tokens: int, max_cache_len: int, dtype: torch.dtype
 ) -> list[StaticPoint]:
     """Analytic and measured static-cache bytes after the prefill and after every step."""
-    cache = make_static_cache(model, batch=int(prompt.shape[0]), max_cache_len=max_cache_len)
+    batch, prompt_len = int(prompt.shape[0]), int(prompt.shape[1])
+    cache = make_static_cache(model, batch=batch, max_cache_len=max_cache_len)
     measured = _static_loop(model, prompt, new_tokens, cache)
-    return paired_points(model.config, measured, prompt, max_cache_len, dtype)
+    return paired_points(
+        model.config,
+        measured,
+        batch=batch,
+        prompt_len=prompt_len,
+        max_cache_len=max_cache_len,
+        dtype=dtype,
+    )
 
 
 def paired_points(
     config: Any,
     measured: Sequence[StaticKV],
-    prompt: torch.Tensor,
+    *,
+    batch: int,
+    prompt_len: int,
     max_cache_len: int,
     dtype: torch.dtype,
 ) -> list[StaticPoint]:
     """Each measured state (after the prefill, then after each step) beside its prediction."""
-    batch, prompt_len = int(prompt.shape[0]), int(prompt.shape[1])
     return [
         StaticPoint(
             positions=prompt_len + step,
@@ -235,7 +244,7 @@ def paired_points(
 
 
 def static_check(
-    config: Any, prompt: torch.Tensor, cell: Cell, dtype: torch.dtype, probed: Sequence[Any]
+    config: Any, cell: Cell, dtype: torch.dtype, probed: Sequence[StaticKV]
 ) -> list[str]:
     """Mismatches of a static cell's cache after the prefill and after every step (none: []).
 
@@ -249,10 +258,17 @@ def static_check(
         raise ValueError(f"{cell.id} has no static cache")  # a bug in the caller
     if len(probed) != cell.new_tokens:
         return [
-            f"{len(probed)} static-cache readings for {cell.new_tokens} points (the asserting "
-            "pass ran without the cell's probe)"
+            f"{len(probed)} static-cache readings for {cell.new_tokens} points: the asserting "
+            "pass ran without the cell's probe (pass `probe=kv.probe` to `Engine.generate`)"
         ]
-    points = paired_points(config, [*probed], prompt, positions, dtype)
+    points = paired_points(
+        config,
+        probed,
+        batch=cell.batch,
+        prompt_len=cell.prompt_len,
+        max_cache_len=positions,
+        dtype=dtype,
+    )
     return [m for m in (p.mismatch() for p in points) if m is not None]
 
 

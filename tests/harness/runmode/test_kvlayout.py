@@ -49,13 +49,13 @@ def test_the_static_check_of_a_cell_finds_no_mismatch_and_would_see_one():
     result = _static_pass(model, prompt, static)
     assert len(result.probed) == static.new_tokens  # after the prefill and after each step
     config = model.config
-    assert static_check(config, prompt, static, torch.float32, result.probed) == []
+    assert static_check(config, static, torch.float32, result.probed) == []
     with pytest.raises(ValueError, match="has no static cache"):
-        static_check(config, prompt, cell(), torch.float32, result.probed)
+        static_check(config, cell(), torch.float32, result.probed)
     # A wrong expectation (bfloat16 bytes for a float32 cache) is reported, not hidden.
-    assert static_check(config, prompt, static, torch.bfloat16, result.probed)
+    assert static_check(config, static, torch.bfloat16, result.probed)
     # A pass that read nothing (run without the probe) cannot pass for a checked one.
-    (missing,) = static_check(config, prompt, static, torch.float32, ())
+    (missing,) = static_check(config, static, torch.float32, ())
     assert "0 static-cache readings for 5 points" in missing
 
 
@@ -79,7 +79,7 @@ def test_the_static_check_reads_the_used_positions_of_the_cells_own_cache():
 
     engine.start_cache = stale_reset
     result = engine.generate(prompt, static.new_tokens, probe=measure_static_kv)
-    wrong = static_check(model.config, prompt, static, torch.float32, result.probed)
+    wrong = static_check(model.config, static, torch.float32, result.probed)
     assert len(wrong) == static.new_tokens - 1  # every point but the last, where it is used
 
 
