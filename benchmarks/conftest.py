@@ -10,6 +10,9 @@ modules are imported here (and only here), which registers them:
 * `benchmarks.suite.warmup`: `warmed` (the cell's untimed warmup, fixed or until stable);
 * `benchmarks.suite.groups`: `interleaved` (the run's interleaved comparison groups, each
   timed once: `benchmarks/test_interleaved.py`);
+* `benchmarks.suite.hostprobe`: the host probe points before tests and at the end
+  (`pytest_runtest_setup`, `pytest_runtestloop`) and the end of the CPU probes' own process
+  (`pytest_unconfigure`; `configure` starts it);
 * `benchmarks.suite.peaks`: `peaks` and `remeasure_peaks` (roofline percentages), and
   `peaks_before_build`, which `loaded` waits for: a device's peaks are measured before any
   model of that device and dtype is built, so no timed round follows the measurement's burst.
@@ -60,6 +63,7 @@ from benchmarks.suite.hostprobe import (
     add_records,
     pytest_runtest_setup,
     pytest_runtestloop,
+    pytest_unconfigure,
     session_seconds,
 )
 from benchmarks.suite.partial import mark_partial
@@ -82,6 +86,7 @@ __all__ = [
     "pytest_report_header",
     "pytest_runtest_setup",
     "pytest_runtestloop",
+    "pytest_unconfigure",
     "remeasure_peaks",
     "serve_pool",
     "tp_run",

@@ -4,7 +4,7 @@ Owns `rounds` (the stash keys, the progress writer, the record skeleton and `Rou
 the timed rounds), `configure` (options, the matrix, the shard, threads), `collect` (cells to
 parametrized items, collection-time skips), `warmup` and `peaks` (the per-cell fixtures'
 bodies), `partial` (a killed run's finished cells kept), `hostprobe` (the host probes' points
-between tests and their records), `roofline` (a cell's roofline fields),
+between tests, their records and the CPU probes' worker), `roofline` (a cell's roofline fields),
 `tp/` (tensor-parallel cells: the collection-time reasons, the torchrun run per cell, the record
 replayed from the ranks' rounds), `interleave` and `groups` (a comparison group's variants timed
 in turn, for `test_interleaved`), `oplist` (the operators a profiled step ran) and `vs_optimum`

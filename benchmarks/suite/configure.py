@@ -4,7 +4,8 @@
   anything runs), parses `--shard`, pins `--threads`, checks the `--warmup-until-stable`
   options, and sets the history defaults: autosave with raw rounds unless the user chose where
   to save, and no history at all under `--profile`. What it decides goes in `config.stash`
-  under the keys defined here.
+  under the keys defined here. Last, it starts the CPU host probes' own process
+  (`benchmarks.suite.hostprobe.start_worker`) in a run that saves history.
 * `pytest_report_header` says which matrix runs, how much of it and where its history goes.
 
 The options themselves are declared in the root conftest.py; the hooks are registered by
@@ -28,6 +29,7 @@ from benchmarks.harness.matrix.cells import Matrix
 from benchmarks.harness.matrix.parse import load_matrix
 from benchmarks.harness.matrix.shard import parse_shard, select_shard
 from benchmarks.harness.roofline.peaks import Peaks
+from benchmarks.suite.hostprobe import start_worker
 from benchmarks.suite.partial import PartialHistory
 from benchmarks.suite.rounds import ACCELERATOR, MATRIX, THREADS
 
@@ -67,6 +69,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[THREADS] = torch.get_num_threads()  # after --threads: what every cell runs with
     _history_defaults(config)
     config.stash[PARTIAL] = PartialHistory(config)
+    # The CPU host probes' own process, before the test modules and the models are imported.
+    start_worker(config)
 
 
 def _noise_control(config: pytest.Config, matrix: Matrix) -> WarmupPolicy | None:

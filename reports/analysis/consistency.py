@@ -52,7 +52,7 @@ from typing import Any, Literal
 
 from reports.analysis.distributions import t_ppf
 from reports.analysis.levels import robust_sd
-from reports.analysis.probes import Timeline, timeline
+from reports.analysis.timeline import Timeline, timeline
 from reports.history.load import BenchmarkResult, Run
 
 Phase = Literal["prefill", "decode"]

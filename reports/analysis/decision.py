@@ -30,12 +30,15 @@ se). The decision must hold for every attribution: the fail-side and improved-si
 the largest over them, and the interval spans all of theirs (so `pass` needs every attribution's
 interval below `1 + threshold`). With none, the rule is the plain one above.
 
-Heavy tails. An `Evidence` with finite tails (`tail_up`, `tail_down`: nu of the slow and the
-fast side of the machine's run-to-run noise, Student t, `reports.analysis.tails`) is referred,
-on that side, to t(min(df, nu)) with its standard error divided by `tails.tail_scale(nu)`: a
-unit-variance t(nu) deviation lies beyond 3.5 SDs ten times as often as a normal one. The
-fail-side p-value, the interval's upper end and the MDE use the slow side; the improved-side
-p-value and the interval's lower end the fast side.
+Heavy tails widen, never narrow. An `Evidence` with finite tails (`tail_up`, `tail_down`: nu
+of the slow and the fast side of the machine's run-to-run noise, Student t,
+`reports.analysis.tails`) is also referred, on that side, to t(min(df, nu)) with its standard
+error divided by `tails.tail_scale(nu)` (a unit-variance t(nu) deviation lies beyond 3.5 SDs ten
+times as often as a normal one), and the more cautious of the two readings is kept: the larger
+p-value, the wider interval end, the larger MDE. At a 95 % interval with df 4 and nu 3 the
+tail reading alone would give 1.84 se instead of t(4)'s 2.78 (issue 51); at Holm's small levels
+it is the tail reading that is wider. The fail-side p-value, the interval's upper end and the
+MDE use the slow side; the improved-side p-value and the interval's lower end the fast side.
 
 Suite-level control: Holm's step-down over the fail-side p-values of every metric in the suite
 bounds the probability that the suite gets *any* false `fail` by alpha, whatever the other
@@ -280,19 +283,22 @@ def decide(evidence: Sequence[Evidence], rule: RuleConfig | None = None) -> list
     weights' sum). Returned in the input order.
     """
     cfg = rule or RuleConfig()
-    slow = [e.on_tail(e.tail_up) for e in evidence]
-    fast = [e.on_tail(e.tail_down) for e in evidence]
-    pf = [e.p_fail() for e in slow]
-    pi = [e.p_improved() for e in fast]
+    # Each side read twice, plain and on its tail; the more cautious reading is kept.
+    slow = [(e, e.on_tail(e.tail_up)) for e in evidence]
+    fast = [(e, e.on_tail(e.tail_down)) for e in evidence]
+    pf = [max(a.p_fail(), b.p_fail()) for a, b in slow]
+    pi = [max(a.p_improved(), b.p_improved()) for a, b in fast]
     weights = [e.weight for e in evidence]
     pf_adj, pi_adj = holm_adjust(pf, weights), holm_adjust(pi, weights)
     total = math.fsum(weights)
     out = []
-    for e, down, f, i, fa, ia in zip(slow, fast, pf, pi, pf_adj, pi_adj, strict=True):
-        lo, hi = down.interval(cfg.ci_level)[0], e.interval(cfg.ci_level)[1]
+    for e, up, down, f, i, fa, ia in zip(evidence, slow, fast, pf, pi, pf_adj, pi_adj, strict=True):
+        lo = min(x.interval(cfg.ci_level)[0] for x in down)
+        hi = max(x.interval(cfg.ci_level)[1] for x in up)
         outcome = classify(
             hi, e.threshold, p_fail_adjusted=fa, p_improved_adjusted=ia, alpha=cfg.alpha
         )
+        level = cfg.alpha * e.weight / total * len(evidence)
         out.append(
             Decision(
                 outcome=outcome,
@@ -303,13 +309,16 @@ def decide(evidence: Sequence[Evidence], rule: RuleConfig | None = None) -> list
                 p_improved=i,
                 p_fail_adjusted=fa,
                 p_improved_adjusted=ia,
-                mde=mde(
-                    e.se,
-                    e.df,
-                    e.threshold,
-                    alpha=cfg.alpha * e.weight / total * len(evidence),
-                    family_size=len(evidence),
-                    power=cfg.power,
+                mde=max(
+                    mde(
+                        x.se,
+                        x.df,
+                        x.threshold,
+                        alpha=level,
+                        family_size=len(evidence),
+                        power=cfg.power,
+                    )
+                    for x in up
                 ),
             )
         )

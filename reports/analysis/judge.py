@@ -24,20 +24,22 @@ Deliberately not here: the noise model, the threshold rule, files and formatting
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
 from reports.analysis.attribution import (
-    SUITE,
     Attribution,
     attribute,
     by_machine,
     mark_attributed,
 )
 from reports.analysis.exact import judge_exact
+from reports.analysis.groups import SUITE
 from reports.analysis.lean import LEAN_ALPHA, LEAN_LIST_P, Lean, lean_test, leans, run_table
 from reports.analysis.metrics import is_timed_metric
+from reports.analysis.priors import group_priors, suite_prior
 from reports.analysis.probes import HostEvidence
 from reports.analysis.series import (
     AnalysisConfig,
@@ -45,19 +47,69 @@ from reports.analysis.series import (
     Verdict,
     apply_holm,
     judge_noisy,
-    suite_prior,
 )
 from reports.analysis.tails import tail_dfs
 
-__all__ = ["LEAN_ALPHA", "LEAN_LIST_P", "Attribution", "Lean", "SuiteJudgement", "leans"]
+__all__ = [
+    "LEAN_ALPHA",
+    "LEAN_LIST_P",
+    "Attribution",
+    "Lean",
+    "SuiteJudgement",
+    "Undecided",
+    "leans",
+    "undecided",
+]
 
 Outcome = Literal["fail", "shift", "lean", "undecided", "pass"]
 
 
-def all_undecided(verdicts: Sequence[Verdict]) -> bool:
-    """True when noisy verdicts were compared and every one of them is `inconclusive`."""
-    noisy = [v for v in verdicts if v.compared and v.kind != "exact"]
-    return bool(noisy) and all(v.verdict == "inconclusive" for v in noisy)
+#: A PASS needs more than this share of the compared primary timings decided (pass, fail or
+#: improved): a headline that reads the memory peaks' passes while the timings said nothing
+#: claimed what the data did not support (issue 51).
+DECIDED_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class Undecided:
+    """The compared primary timings, how many stayed undecided, and their median MDE."""
+
+    compared: int
+    undecided: int
+    median_mde: float | None
+    #: without a compared timing: whether every other noisy verdict stayed undecided
+    others_all: bool = False
+
+    @property
+    def mostly(self) -> bool:
+        """True when no more than `DECIDED_SHARE` of the compared timings were decided (with
+        none compared: when every noisy verdict stayed undecided)."""
+        if self.compared == 0:
+            return self.others_all
+        return self.compared - self.undecided <= DECIDED_SHARE * self.compared
+
+    def text(self, threshold: float) -> str:
+        """ "3 of 4 timings undecided (median MDE 23 %, against a 5 % threshold)" """
+        if self.compared == 0:
+            return "nothing could be decided, every noisy metric straddles the threshold"
+        mde = "" if self.median_mde is None else f"median MDE {self.median_mde:.0%}, against "
+        return (
+            f"{self.undecided} of {self.compared} timings undecided ({mde}a {threshold:.0%} "
+            "threshold)"
+        )
+
+
+def undecided(verdicts: Sequence[Verdict]) -> Undecided:
+    """The primary timings (`kind` "timing", not the scalar timings or memory peaks) that were
+    compared, and those left `inconclusive`."""
+    timings = [v for v in verdicts if v.compared and v.kind == "timing" and v.verdict != "missing"]
+    if not timings:
+        noisy = [v for v in verdicts if v.compared and v.kind != "exact"]
+        left = [v for v in noisy if v.verdict == "inconclusive"]
+        return Undecided(0, 0, None, bool(noisy) and len(left) == len(noisy))
+    left = [v for v in timings if v.verdict == "inconclusive"]
+    mdes = [v.mde for v in left if v.mde is not None]
+    return Undecided(len(timings), len(left), statistics.median(mdes) if mdes else None)
 
 
 @dataclass(frozen=True)
@@ -72,7 +124,8 @@ class SuiteJudgement:
         """What the headline says of a quiet run (`reports.render.headline`, in its order):
         a fail or missing metric, or a group move that fails; a move that cannot be told
         machine or code (a verdict or group move undecided by its attributions); a lean;
-        nothing decided; else pass. `threshold` is kept for callers (the rule is per verdict)."""
+        most primary timings undecided (`undecided`); else pass. `threshold` is kept for
+        callers (the rule is per verdict)."""
         del threshold
         groups = [g for a in self.shifts.values() for g in a.groups]
         if any(v.verdict in ("fail", "missing") for v in (*self.verdicts, *groups)):
@@ -81,7 +134,7 @@ class SuiteJudgement:
             return "shift"
         if any(lean.rejected for lean in self.leans.values()):
             return "lean"
-        return "undecided" if all_undecided(self.verdicts) else "pass"
+        return "undecided" if undecided(self.verdicts).mostly else "pass"
 
 
 def judge(
@@ -92,10 +145,13 @@ def judge(
     """The suite's judgement (module docstring); `hosts` holds each machine's probe evidence
     (absent or None: the history has no probe records)."""
     priors = suite_prior(series, config)
+    groups_of = group_priors(series, config)
     provisional = [
         judge_exact(s, config)
         if s.kind == "exact"
-        else judge_noisy(s, config, priors.get(s.machine_id))
+        else judge_noisy(
+            s, config, priors.get(s.machine_id), groups_of.get((s.machine_id, s.metric))
+        )
         for s in series
     ]
     timed = [is_timed_metric(v.metric, v.kind) for v in provisional]

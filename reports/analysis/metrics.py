@@ -41,12 +41,14 @@ Deliberately not here: statistics (`analysis`), file reading (`history`).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from reports.analysis.levels import common_rounds, location_at
 from reports.analysis.noise_model import RunEffects, estimate_run_effects
 from reports.analysis.probes import HostEvidence, ProbeRun, host_evidence, probe_run
 from reports.analysis.series import MetricKind, MetricSeries
+from reports.analysis.timeline import timelines
+from reports.analysis.timing_model import Levels
 from reports.history.load import BenchmarkResult, Run
 from reports.history.selection import Comparison
 
@@ -232,6 +234,31 @@ def run_probes(run: Run) -> dict[str, ProbeRun]:
     return {k: probe_run(v, shares[k]) for k, v in values.items()}
 
 
+def window_levels(run: Run) -> Callable[[BenchmarkResult], Levels]:
+    """Each benchmark's probe levels in its own window of `run` (`timeline.Timeline.at` on the
+    points of its own file, at `extra_info.session_window_s`); the run's median point per kind
+    (with its error) for a record without a window or a file without timed points."""
+    lines = timelines(run)
+    whole = {
+        k: (level, p.point_var)
+        for k, p in run_probes(run).items()
+        if (level := p.level) is not None
+    }
+
+    def levels(bench: BenchmarkResult) -> Levels:
+        window = bench.extra.get("session_window_s")
+        line = lines.get(bench.source)
+        if line is None or not isinstance(window, list) or len(window) != 2:
+            return whole
+        if not all(isinstance(t, int | float) and not isinstance(t, bool) for t in window):
+            return whole
+        span = (float(window[0]), float(window[1]))
+        found = {k: at for k in line.points if (at := line.at(k, span)) is not None}
+        return {**whole, **found}
+
+    return levels
+
+
 def comparison_host(comparison: Comparison, max_runs: int | None = None) -> HostEvidence | None:
     """The machine's probe evidence for `comparison` (module docstring), None when the current
     run has no probe record (older runs, other tools): then nothing tells machine from code."""
@@ -275,6 +302,9 @@ def comparison_series(comparison: Comparison, max_runs: int | None = None) -> li
     repeats = comparison.current_repeats
     baseline: Sequence[Run] = comparison.baseline[-max_runs:] if max_runs else comparison.baseline
     effects = run_effects(baseline, current)
+    probing = any(r.probes for r in (*repeats, current))
+    base_levels = [window_levels(r) for r in baseline] if probing else []
+    now_levels = [window_levels(r) for r in (*repeats, current)] if probing else []
     removed = set(removed_cells(comparison, max_runs))
     names = list(current.benchmarks)
     names += [
@@ -317,6 +347,20 @@ def comparison_series(comparison: Comparison, max_runs: int | None = None) -> li
                     ),
                     run_effect_var=effects.var if timed else 0.0,
                     higher_is_better=higher_is_better(metric),
+                    baseline_probes=tuple(
+                        base_levels[runs_with[j]](baseline[runs_with[j]].benchmarks[fullname])
+                        for j in present
+                    )
+                    if timed and base_levels
+                    else (),
+                    current_probes=tuple(
+                        now_levels[i](r.benchmarks[fullname])
+                        for i, r in enumerate((*repeats, current))
+                        if fullname in r.benchmarks
+                    )
+                    if timed and now_levels and metric in cur
+                    else (),
+                    baseline_index=tuple(runs_with[j] for j in present),
                 )
             )
     return series

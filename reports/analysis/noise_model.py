@@ -54,6 +54,7 @@ from reports.analysis.levels import (
     robust_sd,
     run_location,
 )
+from reports.analysis.timing_model import Fit, Levels
 
 __all__ = [
     "MAD_TO_SIGMA",
@@ -225,6 +226,10 @@ class Parts:
     suite-wide run effect (between-run + within-run at the compared round count);
     `run_effect_var`: var_e, the suite-wide run effect of one run; `noise_df`: the degrees of
     freedom of the per-benchmark terms; `current_logs`: each pooled current run's log location.
+    `residuals`: each baseline run's adjusted location less the level, keyed by the run's index
+    in the comparison (a group move's variance is measured from their group means);
+    `fit`: the benchmark's own timing model on the host probes (`timing_model.fit`, None
+    without one), `current_levels` the current runs' probe levels in their windows.
     """
 
     baseline_var: float
@@ -232,6 +237,9 @@ class Parts:
     run_effect_var: float
     noise_df: float
     current_logs: tuple[float, ...]
+    residuals: tuple[tuple[int, float], ...] = ()
+    fit: Fit | None = None
+    current_levels: tuple[Levels, ...] = ()
 
     @property
     def repeats(self) -> int:

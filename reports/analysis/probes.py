@@ -1,15 +1,17 @@
 """The host probes as evidence: how far the machine itself moved, by code that never changes.
 
 Every run records fixed, code-independent kernels (a memory-bound copy, a compute-bound GEMM;
-DESIGN §3) at its start, between its tests (when 8 s have passed) and at its end: the run's
+DESIGN §3) at its start, between its tests (when 1 s has passed) and at its end: the run's
 probe records, set apart from its benchmarks by `extra_info.host_probe`
 (`reports.history.runfile`). Here, per probe kind, on the log scale:
 
 - a run's **probe level** is the median of its probe points (`stats.data`: one value per
   point), leaving out points the suite marked busy (another process took CPU during the probe);
 - the **host's move** in the current run is its level (the mean over pooled re-runs) less the
-  median level of the baseline runs that have the kind; its variance is the current points'
-  spread over their number plus the baseline median's error (`pi / 2 * spread / runs`);
+  median level of the baseline runs that have the kind, in the newest segment between the
+  levels' own steps (`STEP_REL`: a new machine image inside the baseline is a level, not a
+  move; the run effects are centred the same way); its variance is the current points' spread
+  over their number plus the baseline median's error (`pi / 2 * spread / runs`);
 - the **gain**: how far the baseline runs' suite-wide run effects (`noise_model`) follow the
   probe, a robust slope (Theil-Sen) of run effect on probe level, clipped to [0, 1], with its
   standard error and its upper end `gain_high` (slope + 2 SE, at most 1; 1 when the baseline's
@@ -28,8 +30,8 @@ probe records, set apart from its benchmarks by `extra_info.host_probe`
 A kind needs `MIN_PROBE_RUNS` quiet baseline runs and one quiet current run; otherwise it is
 not evidence (and a history without probes is judged as `judge` says: machine or code).
 
-`timeline` keeps a run's probe points in time order (phasebench's records give each point's
-`session_s`), for the consistency check of one run's two figures (`consistency`).
+A run's probe points in time order, and the level at a benchmark's own window, are
+`timeline`'s.
 
 Deliberately not here: the verdicts that use it (`reports.analysis.attribution`), reading the
 records (`reports.analysis.metrics`), the kernels (`benchmarks/harness/probe`).
@@ -43,8 +45,8 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from reports.analysis.changepoints import detect_steps
 from reports.analysis.levels import BIWEIGHT_EFFICIENCY, biweight_var, robust_sd
-from reports.history.load import Run
 
 #: The smallest point-to-point noise a probe is credited with (log): timers are not better.
 MIN_POINT_SD = 0.005
@@ -56,6 +58,8 @@ MIN_PROBE_SPREAD = 0.002
 #: A probe point during which other processes kept this share of the CPUs busy is not trusted
 #: (as a benchmark's rounds: `flags.BUSY_CPU_PCT`).
 BUSY_SHARE = 0.25
+#: The least step in a probe's baseline levels that starts a new segment (`host_move`).
+STEP_REL = 0.03
 #: The interval of a host move in the report: two-sided 95 %.
 Z95 = 1.959963984540054
 
@@ -174,8 +178,14 @@ def host_move(
     if len(pairs) < MIN_PROBE_RUNS or not now:
         return None
     levels = [p for p, _ in pairs]
-    centre = statistics.median(levels)
-    xs = [p - centre for p in levels]
+    # Centred per segment between the probe's own steps, like the run effects (a new machine
+    # image inside the baseline is a level, not a move): the current run against the newest.
+    cuts = [0, *(s.index for s in detect_steps(levels, min_rel_step=STEP_REL)), len(levels)]
+    xs = []
+    for a, b in itertools.pairwise(cuts):
+        middle = statistics.median(levels[a:b])
+        xs += [p - middle for p in levels[a:b]]
+    centre = statistics.median(levels[cuts[-2] :])
     ys = [e for _, e in pairs]
     spread = robust_sd(xs)
     slope = _theil_sen(xs, ys)
@@ -193,7 +203,8 @@ def host_move(
         gain_high = min(1.0, max(gain, slope + 2.0 * gain_se))
         known = True
     move = statistics.fmean(level for level, _ in now) - centre
-    reference_var = math.pi / 2.0 * spread**2 / len(pairs)  # the baseline median's error
+    newest = len(levels) - cuts[-2]
+    reference_var = math.pi / 2.0 * spread**2 / newest  # the newest segment's median's error
     var = statistics.fmean(v for _, v in now) / len(now) + reference_var
     return HostMove(
         kind=kind,
@@ -233,6 +244,13 @@ class HostEvidence:
         """True when some kind's move lies beyond `z` standard deviations of the host's own
         run-to-run spread and the move's error: the host moved, not just strayed as it does."""
         return any(abs(m.log_move) > z * math.sqrt(m.var + m.spread_var) for m in self.moves)
+
+    def beyond(self, z: float) -> tuple[str, ...]:
+        """The kinds whose move lies beyond `z` of their own error and the host's usual spread
+        (`named`): a timing's own model is not trusted to credit their part (`attribution`)."""
+        return tuple(
+            m.kind for m in self.moves if abs(m.log_move) > z * math.sqrt(m.var + m.spread_var)
+        )
 
     def banded(self, z: float) -> bool:
         """Whether timings are judged for every attribution of the probes' move (the host
@@ -278,78 +296,3 @@ def host_evidence(
         else:
             moves.append(found)
     return HostEvidence(tuple(moves), tuple(notes))
-
-
-@dataclass(frozen=True)
-class Timeline:
-    """The run's quiet probe points per kind, in time order: (seconds since the run began, log
-    seconds), and each kind's point noise (log SD: the spread of a point's own calls; the host's
-    move between points is signal, not noise)."""
-
-    points: Mapping[str, tuple[tuple[float, float], ...]]
-    noise: Mapping[str, float]
-
-    def level(self, kind: str, window: tuple[float, float]) -> float | None:
-        """The kind's log level at a window: the mean of the points that bracket it."""
-        points = self.points.get(kind, ())
-        before = [v for t, v in points if t <= window[0]]
-        after = [v for t, v in points if t >= window[1]]
-        near = [*before[-1:], *after[:1]]
-        return statistics.fmean(near) if near else None
-
-    def moves(
-        self, first: tuple[float, float], second: tuple[float, float]
-    ) -> list[tuple[str, float]]:
-        """Each kind's log move from the first window to the second."""
-        out = []
-        for kind in sorted(self.points):
-            a, b = self.level(kind, first), self.level(kind, second)
-            if a is not None and b is not None:
-                out.append((kind, b - a))
-        return out
-
-
-def _point_sd(calls: Sequence[Sequence[float]]) -> float:
-    """A point's own noise (log SD of its median): the calls' spread within points, pooled,
-    times 1.25 (a median's standard error) over the square root of the calls per point; 0
-    without calls (then `MIN_POINT_SD`)."""
-    squares, df, counts = 0.0, 0, []
-    for logs in calls:
-        if len(logs) >= 2:
-            mean = statistics.fmean(logs)
-            squares += sum((x - mean) ** 2 for x in logs)
-            df += len(logs) - 1
-            counts.append(len(logs))
-    if df == 0:
-        return 0.0
-    return 1.253 * math.sqrt(squares / df) / math.sqrt(statistics.fmean(counts))
-
-
-def timeline(run: Run) -> Timeline | None:
-    """The run's probe points with their times (phasebench's probe records: `points[i]` has
-    `session_s`; points run beside others' CPU (`probes.BUSY_SHARE`) left out); None without."""
-    found: dict[str, list[tuple[float, float]]] = {}
-    spreads: dict[str, list[list[float]]] = {}
-    for probe in run.probes:
-        points = probe.extra.get("points")
-        cpus = probe.extra.get("others_cpus")
-        if probe.host_probe is None or not isinstance(points, list):
-            continue
-        for point, value in zip(points, probe.rounds_s, strict=False):
-            if not isinstance(point, dict) or not isinstance(point.get("session_s"), int | float):
-                continue
-            cores = point.get("others_cores")
-            known = isinstance(cores, int | float) and isinstance(cpus, int | float) and cpus > 0
-            if known and float(cores) / float(cpus) >= BUSY_SHARE:  # type: ignore[arg-type]
-                continue
-            found.setdefault(probe.host_probe, []).append(
-                (float(point["session_s"]), math.log(value))
-            )
-            calls = point.get("calls_s")
-            if isinstance(calls, list) and all(isinstance(c, int | float) and c > 0 for c in calls):
-                spreads.setdefault(probe.host_probe, []).append([math.log(c) for c in calls])
-    series = {k: tuple(sorted(v)) for k, v in found.items() if len(v) >= 2}
-    if not series:
-        return None
-    noise = {k: max(_point_sd(spreads.get(k, [])), MIN_POINT_SD) for k in series}
-    return Timeline(series, noise)

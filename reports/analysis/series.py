@@ -41,20 +41,17 @@ from reports.analysis import decision
 from reports.analysis.changepoints import Step, detect_steps
 from reports.analysis.levels import (
     common_rounds,
-    cross_suite_run_var,
-    cross_suite_weight_runs,
     level_start,
     location_at,
     round_mismatch,
-    suite_run_var,
 )
 from reports.analysis.noise_model import (
     Parts,
     Prior,
     estimate_noise,
-    kept_locations,
     location_var_factor,
 )
+from reports.analysis.timing_model import GroupPrior, Levels, fit
 
 VerdictName = Literal["fail", "pass", "inconclusive", "improved", "new", "missing"]
 MetricKind = Literal["timing", "scalar", "exact"]
@@ -121,6 +118,10 @@ class MetricSeries:
     `current_repeats` holds earlier runs of the same commit (re-runs), pooled with `current`.
     `baseline_offsets` (log, one per baseline run, or empty for none) are the runs' suite-wide
     effects (`noise_model.estimate_run_effects`), `run_effect_var` their variance.
+    `baseline_probes` (one per baseline run, or empty) and `current_probes` (one per current
+    run, re-runs first) hold the host probes' levels in this benchmark's window of each run
+    (`timing_model.Levels`); `baseline_index` each baseline run's index in the comparison (empty:
+    0, 1, ...), so that benchmarks' residuals of one run can be put together.
     """
 
     machine_id: str
@@ -133,6 +134,9 @@ class MetricSeries:
     baseline_offsets: tuple[float, ...] = ()
     run_effect_var: float = 0.0
     higher_is_better: bool = False
+    baseline_probes: tuple[Levels, ...] = ()
+    current_probes: tuple[Levels, ...] = ()
+    baseline_index: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -188,12 +192,12 @@ class Verdict:
         return self.verdict != "new"
 
 
-def _log_location(values: Sequence[float], rounds: int | None = None) -> float:
+def log_location(values: Sequence[float], rounds: int | None = None) -> float:
     """log `levels.location_at` at `rounds` rounds (the run's own count when None)."""
     return math.log(location_at(values, rounds or len(values)))
 
 
-def _adjusted(series: MetricSeries) -> list[tuple[float, ...]]:
+def adjusted(series: MetricSeries) -> list[tuple[float, ...]]:
     """Baseline runs with their suite-wide effect divided out (values stay positive)."""
     offsets = series.baseline_offsets or (0.0,) * len(series.baseline)
     return [
@@ -215,7 +219,7 @@ def baseline_start(
     runs = baseline[start:]
     if not config.baseline_after_step or len(runs) < 2 * config.min_runs_after_step:
         return start, None
-    logs = [_log_location(r, rounds) for r in runs]
+    logs = [log_location(r, rounds) for r in runs]
     steps = detect_steps(logs, min_rel_step=config.threshold / 2)
     cut = level_start(logs, steps)
     if cut is None or len(runs) - cut.index < config.min_runs_after_step:
@@ -223,15 +227,33 @@ def baseline_start(
     return start + cut.index, cut
 
 
+def model_inputs(
+    series: MetricSeries, config: AnalysisConfig
+) -> tuple[list[float], list[Levels]] | None:
+    """The baseline runs' log locations and probe levels the timing model is fitted to: the
+    window the verdict uses, at the common round count; None without probe levels."""
+    if not series.baseline_probes or len(series.baseline_probes) != len(series.baseline):
+        return None
+    current_runs = (*series.current_repeats, series.current) if series.current else ()
+    rounds = common_rounds([*series.baseline, *current_runs])
+    first, _ = baseline_start(adjusted(series), config, rounds)
+    ys = [log_location(run, rounds) for run in series.baseline[first:]]
+    return ys, list(series.baseline_probes[first:])
+
+
 def judge_noisy(
-    series: MetricSeries, config: AnalysisConfig, prior: Prior | None = None
+    series: MetricSeries,
+    config: AnalysisConfig,
+    prior: Prior | None = None,
+    group: GroupPrior | None = None,
 ) -> Verdict:
     """Verdict of a timing or scalar series before the suite-wide correction.
 
     `new`/`missing` as in the module docstring; otherwise the evidence (log_ratio, se, df),
     the raw one-sided p-values and the baseline figures, with a provisional verdict `pass`
     that `apply_holm` finalizes. `prior` (default: the configured one) carries the suite's
-    noise floor (`suite_prior`).
+    noise floor (`suite_prior`); `group` the metric group's loadings on the host probes, toward
+    which this benchmark's own are shrunk (`timing_model`).
     """
     threshold = config.threshold_for(series.metric)
     base = Verdict(series.machine_id, series.fullname, series.metric, series.kind, "new", threshold)
@@ -247,11 +269,11 @@ def judge_noisy(
     # Every run, both sides, at one round count: a low order statistic's expectation moves
     # with the count (`levels.location_at`).
     rounds = common_rounds([*series.baseline, *current_runs])
-    first, cut = baseline_start(_adjusted(series), config, rounds)
+    first, cut = baseline_start(adjusted(series), config, rounds)
     offsets = (series.baseline_offsets or (0.0,) * len(series.baseline))[first:]
     # The run is the unit: each current run summarised like a baseline run, then averaged.
     current_log = (
-        statistics.fmean(_log_location(run, rounds) for run in current_runs)
+        statistics.fmean(log_location(run, rounds) for run in current_runs)
         if current_runs
         else None
     )
@@ -285,14 +307,27 @@ def judge_noisy(
     # Summarised at `rounds` rounds, a longer current run is steadier than a run of `rounds`
     # rounds, but not by the order statistic's formula at its own count (the summary weighs its
     # lowest rounds most): its variance is taken as that of `rounds` rounds (conservative).
-    current_logs = tuple(_log_location(run, rounds) for run in current_runs)
+    current_logs = tuple(log_location(run, rounds) for run in current_runs)
     within = location_var_factor(rounds) * noise.within_var if rounds > 0 else 0.0
+    index = series.baseline_index or tuple(range(len(series.baseline)))
+    residuals = tuple(
+        (index[first + i], log_location(run, rounds) - o - noise.baseline_log)
+        for i, (run, o) in enumerate(zip(series.baseline[first:], offsets, strict=True))
+    )
+    inputs = model_inputs(series, config)
+    model = fit(*inputs, group) if inputs is not None else None
+    if model is not None:
+        # the fit's residuals keyed by the comparison's run index, like the plain ones
+        model = replace(model, residuals=tuple((index[first + i], r) for i, r in model.residuals))
     parts = Parts(
         baseline_var=noise.baseline_var,
         run_var=noise.between_var + within,
         run_effect_var=noise.run_effect_var,
         noise_df=noise.df,
         current_logs=current_logs,
+        residuals=residuals,
+        fit=model,
+        current_levels=series.current_probes if model is not None else (),
     )
     se = math.sqrt(parts.variance(noise.run_effect_var))
     d = current_log - noise.baseline_log
@@ -342,42 +377,6 @@ def apply_holm(verdicts: Sequence[Verdict], config: AnalysisConfig) -> list[Verd
             p_adjusted=dec.p_fail_adjusted,
             mde=dec.mde,
         )
-    return out
-
-
-def suite_prior(series: Sequence[MetricSeries], config: AnalysisConfig) -> dict[str, Prior]:
-    """The prior per machine: the configured one with the machine's noise as its floor.
-
-    Over a machine's timing series, `levels.suite_run_var` of their kept adjusted baseline
-    locations; when most series have a single baseline run (a second run of one commit), the
-    spread of current-minus-baseline differences across the suite instead
-    (`levels.cross_suite_run_var`), worth `cross_suite_weight_runs` runs.
-    """
-    out: dict[str, Prior] = {}
-    for machine in dict.fromkeys(s.machine_id for s in series):
-        timings = [
-            s for s in series if s.machine_id == machine and s.kind == "timing" and s.baseline
-        ]
-        per_series = []
-        for s in timings:
-            if len(s.baseline) >= 2:
-                rounds = common_rounds([*s.baseline, *s.current_repeats, s.current or ()])
-                # the window the verdict uses
-                first, _ = baseline_start(_adjusted(s), config, rounds)
-                offsets = s.baseline_offsets[first:] if s.baseline_offsets else None
-                per_series.append(kept_locations(s.baseline[first:], offsets, rounds))
-        floor = suite_run_var(per_series)
-        weight = 0.0
-        singles = [s for s in timings if len(s.baseline) == 1 and s.current]
-        if floor is None and len(singles) > len(per_series):
-            diffs = [
-                _log_location(s.current, r) - _log_location(s.baseline[0], r)
-                for s in singles
-                if s.current and (r := min(len(s.current), len(s.baseline[0])))
-            ]
-            floor = cross_suite_run_var(diffs)
-            weight = cross_suite_weight_runs(len(diffs)) if floor is not None else 0.0
-        out[machine] = replace(config.prior, suite_run_var=floor, suite_weight_runs=weight)
     return out
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from reports.analysis.levels import run_location
 from reports.analysis.noise_model import estimate_run_effects
@@ -161,6 +161,14 @@ def make_suite(
     probes = [
         {"memory": _probe(rng, world, h, 1.0), "compute": _probe(rng, world, h, COMPUTE_GAIN)}
         for h, _ in states
+    ]
+    # No drift inside a run here: every benchmark's window reads the run's median point.
+    seen = [
+        {k: (level, p.point_var) for k, p in run.items() if (level := p.level) is not None}
+        for run in probes
+    ]
+    series = [
+        replace(s, baseline_probes=tuple(seen[:n]), current_probes=tuple(seen[n:])) for s in series
     ]
     evidence = host_evidence(probes[:n], effects.offsets, probes[n:])
     return Suite(series, {"sim": evidence})

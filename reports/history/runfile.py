@@ -58,6 +58,9 @@ class BenchmarkResult:
     params: Mapping[str, Scalar]
     rounds_s: tuple[float, ...]
     extra: Mapping[str, Any]
+    #: The file the record was read from: a run's shards each keep their own session clock, so
+    #: a benchmark's window is read against the probes of its own file.
+    source: str = ""
 
     @cached_property
     def median_s(self) -> float:
@@ -191,7 +194,9 @@ class RunFile:
         assert isinstance(commit, dict)  # for mypy; checked just above
         ident = _machine_identity(machine)
         stamp = raw.get("datetime")
-        records = [BenchmarkResult.from_json(b) for b in raw["benchmarks"]]
+        records = [
+            replace(BenchmarkResult.from_json(b), source=str(path)) for b in raw["benchmarks"]
+        ]
         benchmarks = tuple(b for b in records if b.host_probe is None)
         commit_time = commit.get("time")
         return cls(

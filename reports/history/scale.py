@@ -2,7 +2,9 @@
 
 The files have the shape of pytest-benchmark 5.3.1 autosaves with phasebench's `extra_info`
 (raw rounds, KV and memory bytes, roofline fields, and per-step decode latencies for the
-`generate` group), one file per run, one machine, all on `main` but the last (a PR branch).
+`generate` group) and host-probe records (a point before each benchmark, each benchmark's
+`session_window_s` between two of them, so the gate fits every timing's own model), one file
+per run, one machine, all on `main` but the last (a PR branch).
 The tests have their own, fuller generator (tests/data/reports/make_history.py); this one only
 has to be realistic in size and shape.
 """
@@ -18,6 +20,34 @@ from pathlib import Path
 from typing import Any
 
 _GROUPS = ("prefill", "decode", "generate", "kv")
+
+
+def _probes(rng: random.Random, points: int, memory: float, compute: float) -> list[dict[str, Any]]:
+    """The run's host-probe records (`benchmarks/suite/hostprobe.py`'s shape): one point
+    before each benchmark and one at the end, a second apart."""
+    out = []
+    for kind, level in (("memory", memory), ("compute", compute)):
+        values = [0.005 * math.exp(level + rng.gauss(0, 0.01)) for _ in range(points)]
+        out.append(
+            {
+                "group": "host_probe",
+                "name": f"host_probe[{kind}]",
+                "fullname": f"host_probe::host_probe[{kind}]",
+                "params": {"kind": kind, "device": "cpu"},
+                "extra_info": {
+                    "schema": 1,
+                    "host_probe": kind,
+                    "process": "own",
+                    "others_cpus": 2,
+                    "points": [
+                        {"at": "", "session_s": float(i), "calls_s": [v] * 5, "others_cores": 0.0}
+                        for i, v in enumerate(values)
+                    ],
+                },
+                "stats": {"data": values, "median": statistics.median(values), "rounds": points},
+            }
+        )
+    return out
 
 
 def _bench(rng: random.Random, index: int, run_effect: float) -> dict[str, Any]:
@@ -43,6 +73,7 @@ def _bench(rng: random.Random, index: int, run_effect: float) -> dict[str, Any]:
         "weights_bytes": 1_318_912,
         "peak_rss_bytes": 400_000_000 + rng.randrange(1_000_000),
         "memory_labels": {"allocated": "n/a on cpu", "reserved": "n/a on cpu"},
+        "session_window_s": [index + 0.2, index + 0.8],
     }
     median = statistics.median(data)
     peaks = {
@@ -93,7 +124,10 @@ def write_synthetic_history(out: Path, runs: int = 1000, benchmarks: int = 100) 
     for r in range(runs):
         when = (start + timedelta(hours=6 * r)).isoformat()
         commit = f"{r:040x}"
-        run_effect = rng.gauss(0, 0.02) + (0.08 if r > runs // 2 else 0.0)
+        memory, compute = rng.gauss(0, 0.05), rng.gauss(0, 0.02)
+        # the host's two factors, as the probes see them, plus a step in the code halfway
+        run_effect = 0.6 * memory + 0.4 * compute + rng.gauss(0, 0.01)
+        run_effect += 0.08 if r > runs // 2 else 0.0
         doc = {
             "machine_info": {
                 "node": "runner",
@@ -114,7 +148,8 @@ def write_synthetic_history(out: Path, runs: int = 1000, benchmarks: int = 100) 
                 "branch": "main" if r < runs - 1 else "pr-branch",
                 "dirty": False,
             },
-            "benchmarks": [_bench(rng, i, run_effect) for i in range(benchmarks)],
+            "benchmarks": [_bench(rng, i, run_effect) for i in range(benchmarks)]
+            + _probes(rng, benchmarks + 1, memory, compute),
             "datetime": when,
             "version": "5.3.1",
         }

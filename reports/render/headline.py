@@ -10,8 +10,9 @@ The status claims only what the verdicts support (DESIGN §7's statuses):
 - `inconclusive` (exit 3 at the gate), never PASS, when: a machine's run was busy; a timing or
   group move is undecided because the machine and the code disagree (`Verdict.attributed`:
   the host probes moved, or without probes the suite moved together: machine or code); its
-  timings lean to a slowdown (`judge.Lean.rejected`); or every noisy verdict is undecided.
-  The reason names the causes.
+  timings lean to a slowdown (`judge.Lean.rejected`); or most primary timings are undecided
+  (`judge.undecided`: the memory peaks' and scalars' passes do not make a PASS), named with
+  their count and median MDE. The reason names the causes.
 - `pass` otherwise; a named move below the threshold and implausible changes are said.
 
 Quantized cells outside their accuracy bound (`reports.analysis.accuracy`) are said on every
@@ -29,7 +30,7 @@ from typing import Literal, Protocol
 
 from reports.analysis.accuracy import Accuracy
 from reports.analysis.flags import DriftRow, implausible_text
-from reports.analysis.judge import Attribution, Lean, all_undecided
+from reports.analysis.judge import Attribution, Lean, undecided
 from reports.analysis.series import Verdict, VerdictName
 from reports.render.changes import change_text
 
@@ -255,7 +256,6 @@ def _undecided(
     threshold: float,
 ) -> str:
     """Why a quiet run with no fail is still not PASS ("" when it is PASS): its causes."""
-    del threshold  # the rule is per verdict (`Verdict.attributed`)
     causes = []
     for m in shifted:
         shift = m.shift
@@ -273,9 +273,8 @@ def _undecided(
     parts = [
         f"lean: {lean_text(m.lean, 1)}" for m in machines if m.lean is not None and m.lean.rejected
     ]
-    if all_undecided(verdicts):
-        noisy = sum(v.compared and v.kind != "exact" for v in verdicts)
-        parts.insert(
-            0, f"undecided: nothing could be decided, all {noisy} timings straddle the threshold"
-        )
+    left = undecided(verdicts)
+    if left.mostly:
+        # A PASS needs most timings decided: the memory peaks' passes do not make one.
+        parts.insert(0, f"undecided: {left.text(threshold)}")
     return "; ".join([*parts, more]) if parts else ""

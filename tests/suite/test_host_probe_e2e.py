@@ -3,9 +3,10 @@ reads them from a history built on that run's file.
 
 One run of a tiny model (subprocess, as a user runs the suite): its JSON must hold one record per
 probe kind (`extra_info.host_probe`, a point at the start and at the end at least, full
-pytest-benchmark statistics) and every benchmark record its `session_window_s`. Then a history
-of twelve main runs is made from that file (each a copy with its timings and probe points
-jittered by seeded noise) and the real file is the PR's run, its timings and probes scaled:
+pytest-benchmark statistics; the CPU's timed in their own process, on float32) and every
+benchmark record its `session_window_s`. Then a history of twelve main runs is made from that
+file (each a copy with its timings and probe points jittered by seeded noise) and the real file
+is the PR's run, its timings and probes scaled:
 
 - the host 25 % slower (the probes too, as on a noisy VM): the gate does not fail, does not
   pass, and its SHIFT line quotes the probes' ratio;
@@ -68,6 +69,19 @@ def test_a_real_run_writes_one_probe_record_per_kind_with_full_statistics(real_r
     for bench in cells:
         start, end = bench["extra_info"]["session_window_s"]
         assert 0 <= start < end
+
+
+def test_the_cpu_probes_ran_in_their_own_process_on_float32(real_run):
+    probes = {
+        b["extra_info"]["host_probe"]: b["extra_info"]
+        for b in real_run["benchmarks"]
+        if b["extra_info"].get("host_probe")
+    }
+    for kind in ("memory", "compute"):
+        assert probes[kind]["process"] == "own"  # the worker (benchmarks/harness/probe/worker.py)
+        assert probes[kind]["dtype"] == "float32"
+        assert probes[kind]["threads"] >= 1
+        assert "stopped" not in probes[kind]
 
 
 def _scaled(record: dict[str, Any], factor: float, rng: random.Random, cv: float) -> None:

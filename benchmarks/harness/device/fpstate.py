@@ -55,7 +55,7 @@ def read_fp_state() -> FpState:
     """The calling thread's FTZ/DAZ state, observed (not read from a register)."""
     tiny = torch.finfo(torch.float32).tiny  # the smallest normal float32
     # Halving the smallest normal gives a subnormal result, or 0 under FTZ.
-    flush_to_zero = float((torch.full((1,), tiny) * 0.5).item()) == 0.0
+    flush_to_zero = float((torch.full((1,), tiny, dtype=torch.float32) * 0.5).item()) == 0.0
     # The bits 0x00000001 are the smallest subnormal (2^-149), made without arithmetic so FTZ
     # cannot touch it; times 2^30 it is a normal number, or 0 when DAZ reads the input as 0.
     smallest = torch.ones(1, dtype=torch.int32).view(torch.float32)

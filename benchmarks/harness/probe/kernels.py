@@ -10,6 +10,10 @@
   (`DEVICE_COPY_BYTES`, `DEVICE_GEMM`), with TF32 off so the GEMM is the same work whatever the
   code under test set.
 
+Every operand's dtype is explicit (`DTYPE`, float32): `torch.randn` would otherwise follow a
+`torch.set_default_dtype` of the code under test. `cpu_kernels()` are the CPU's two (which the
+suite times in a process of their own, `worker`), `device_kernels(device)` the accelerator's.
+
 Buffers are allocated for each probe point and freed after it (`ProbeKernel.prepare` returns the
 callable that holds them): a probe must not sit in the benchmarks' memory peaks.
 
@@ -35,6 +39,8 @@ COPY_CACHE_MULTIPLE = 2
 MIN_COPY_BYTES = 64 << 20
 #: The CPU GEMM: 2 x 128 x 1024 x 1024 = 0.27 GFLOP per call, milliseconds on two cores.
 GEMM_TOKENS, GEMM_IN, GEMM_OUT = 128, 1024, 1024
+#: Every probe operand's dtype, never the process's default.
+DTYPE = torch.float32
 #: The accelerator's copy (each of source and destination) and square GEMM side.
 DEVICE_COPY_BYTES = 512 << 20
 DEVICE_GEMM = 4096
@@ -51,6 +57,7 @@ class ProbeKernel:
     device: torch.device
     description: str
     prepare: Callable[[], Callable[[], None]]
+    dtype: torch.dtype = DTYPE
 
 
 def copy_bytes_cpu() -> int:
@@ -62,7 +69,7 @@ def copy_bytes_cpu() -> int:
 
 def _copy(device: torch.device, nbytes: int, repeats: int) -> Callable[[], Callable[[], None]]:
     def prepare() -> Callable[[], None]:
-        src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).fill_(1.0)
+        src = torch.empty(nbytes // DTYPE.itemsize, dtype=DTYPE, device=device).fill_(1.0)
         dst = torch.empty_like(src).fill_(0.0)  # every page touched before the timed calls
 
         def call() -> None:
@@ -94,8 +101,8 @@ def _gemm(
 
     def prepare() -> Callable[[], None]:
         generator = torch.Generator(device="cpu").manual_seed(0)
-        x = torch.randn(tokens, fan_in, generator=generator).to(device)
-        w = torch.randn(fan_out, fan_in, generator=generator).to(device)
+        x = torch.randn(tokens, fan_in, generator=generator, dtype=DTYPE).to(device)
+        w = torch.randn(fan_out, fan_in, generator=generator, dtype=DTYPE).to(device)
 
         def call() -> None:
             with _no_tf32(device):
@@ -107,11 +114,11 @@ def _gemm(
     return prepare
 
 
-def kernels(device: torch.device) -> list[ProbeKernel]:
-    """The probes of a run on `device`: the CPU's two always, the accelerator's two as well."""
+def cpu_kernels() -> list[ProbeKernel]:
+    """The CPU's two probes (`memory`, `compute`), sized for this machine now."""
     nbytes = copy_bytes_cpu()
     cpu = torch.device("cpu")
-    out = [
+    return [
         ProbeKernel("memory", cpu, f"copy {nbytes >> 20} MiB float32", _copy(cpu, nbytes, 1)),
         ProbeKernel(
             "compute",
@@ -120,20 +127,29 @@ def kernels(device: torch.device) -> list[ProbeKernel]:
             _gemm(cpu, (GEMM_TOKENS, GEMM_IN, GEMM_OUT), 1),
         ),
     ]
-    if device.type in ("cuda", "mps"):
-        side = DEVICE_GEMM
-        out += [
-            ProbeKernel(
-                f"{device.type}-memory",
-                device,
-                f"copy {DEVICE_COPY_BYTES >> 20} MiB float32 x{DEVICE_REPEATS}",
-                _copy(device, DEVICE_COPY_BYTES, DEVICE_REPEATS),
-            ),
-            ProbeKernel(
-                f"{device.type}-compute",
-                device,
-                f"F.linear float32 {side}^3 x{DEVICE_REPEATS} (TF32 off)",
-                _gemm(device, (side, side, side), DEVICE_REPEATS),
-            ),
-        ]
-    return out
+
+
+def device_kernels(device: torch.device) -> list[ProbeKernel]:
+    """The accelerator's two probes on CUDA/MPS (`<type>-memory`, `<type>-compute`), else none."""
+    if device.type not in ("cuda", "mps"):
+        return []
+    side = DEVICE_GEMM
+    return [
+        ProbeKernel(
+            f"{device.type}-memory",
+            device,
+            f"copy {DEVICE_COPY_BYTES >> 20} MiB float32 x{DEVICE_REPEATS}",
+            _copy(device, DEVICE_COPY_BYTES, DEVICE_REPEATS),
+        ),
+        ProbeKernel(
+            f"{device.type}-compute",
+            device,
+            f"F.linear float32 {side}^3 x{DEVICE_REPEATS} (TF32 off)",
+            _gemm(device, (side, side, side), DEVICE_REPEATS),
+        ),
+    ]
+
+
+def kernels(device: torch.device) -> list[ProbeKernel]:
+    """The probes of a run on `device`: the CPU's two always, the accelerator's two as well."""
+    return [*cpu_kernels(), *device_kernels(device)]

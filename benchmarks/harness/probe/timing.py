@@ -1,4 +1,4 @@
-"""One probe point: a kernel's synchronized calls, the median of a few, on the run's threads.
+"""One probe point: a kernel's synchronized calls, the median of a few, on the caller's threads.
 
 `time_point(kernel)` prepares the kernel's operands (allocated and filled: no page fault is
 timed), runs one untimed call (first-call costs: kernel selection, lazy init), then
@@ -20,7 +20,7 @@ from benchmarks.harness.device.memory import release_cached_memory
 from benchmarks.harness.probe.kernels import ProbeKernel
 
 #: Timed calls per probe point (the median is the point's value).
-CALLS = 3
+CALLS = 5
 
 
 def time_point(kernel: ProbeKernel, calls: int = CALLS) -> float:

@@ -72,19 +72,26 @@ def test_points_come_at_the_start_then_when_due_and_the_records_carry_them():
     log = _log(clock)
     assert log.due()  # the start
     log.probe("start")
-    clock.now += 1.0
+    clock.now += MIN_GAP_S / 2
     assert not log.due()  # too soon
     clock.now += MIN_GAP_S
     assert log.due()
     log.probe("before t")
-    # between tests, the probes' cost stays within MAX_SHARE of the run
-    assert log.cost_s == pytest.approx(0.4)
-    clock.now += MIN_GAP_S
-    assert not log.due()  # 0.4 s of probes in 18.2 s: more than MAX_SHARE
-    clock.now = 0.4 / MAX_SHARE
+    # between tests, the probes' cost stays within MAX_SHARE of the run: one untimed call and
+    # CALLS timed ones of 0.1 s each
+    cost = 0.1 * (CALLS + 1)
+    assert log.cost_s == pytest.approx(cost)
+    clock.now = cost / MAX_SHARE - 0.5
+    assert clock.now - log.points[-1].session_s > MIN_GAP_S  # due by the gap ...
+    assert not log.due()  # ... but the probes took more than MAX_SHARE of the run so far
+    clock.now = cost / MAX_SHARE + 0.01
     assert log.due()
     (record,) = log.records()
     assert record["extra_info"]["host_probe"] == "memory"
+    # a kernel given to the log runs in this process (the suite gives it the accelerator's)
+    assert record["extra_info"]["process"] == "in-run"
+    assert record["extra_info"]["dtype"] == "float32"
+    assert record["extra_info"]["threads"] == torch.get_num_threads()
     assert [p["at"] for p in record["extra_info"]["points"]] == ["start", "before t"]
     assert record["stats"]["rounds"] == 2
     assert len(record["stats"]["data"]) == 2

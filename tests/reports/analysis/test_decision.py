@@ -220,3 +220,29 @@ def test_a_heavy_slow_tail_widens_the_fail_side_only() -> None:
     assert heavy.p_fail > 10 * normal.p_fail
     assert heavy.mde > normal.mde
     assert heavy.ci_low == pytest.approx(normal.ci_low)  # the fast side is unchanged
+
+
+def test_heavy_tails_never_narrow_an_interval_or_lower_a_p_value() -> None:
+    """Issue 51: t(min(df, nu)) with se / sqrt(nu / (nu - 2)) alone gave a 95 % half-width of
+    1.84 se at df 4 and nu 3, narrower than t(4)'s 2.78: PASS came easier on a heavy-tailed
+    machine. Every reading on a tail is at least as cautious as the plain one."""
+    from reports.analysis.decision import Evidence, decide  # noqa: PLC0415
+    from reports.analysis.distributions import t_ppf  # noqa: PLC0415
+
+    se = 0.02
+    plain = decide([Evidence(0.0, se, 4.0, 0.05)])[0]
+    heavy = decide([Evidence(0.0, se, 4.0, 0.05, tail_up=3.0, tail_down=3.0)])[0]
+    half = math.log(heavy.ci_high) / se
+    assert half == pytest.approx(t_ppf(0.975, 4.0), rel=1e-6)
+    assert heavy.ci_high >= plain.ci_high
+    assert heavy.ci_low <= plain.ci_low
+    for d in (0.0, 0.04, 0.08, 0.12):
+        for df in (3.0, 4.0, 10.0, 1e6):
+            for nu in (3.0, 4.0, 7.0):
+                a = decide([Evidence(d, se, df, 0.05)])[0]
+                b = decide([Evidence(d, se, df, 0.05, tail_up=nu, tail_down=nu)])[0]
+                assert b.p_fail >= a.p_fail
+                assert b.p_improved >= a.p_improved
+                assert b.ci_high >= a.ci_high
+                assert b.ci_low <= a.ci_low
+                assert b.mde >= a.mde

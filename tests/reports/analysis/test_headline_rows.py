@@ -21,7 +21,11 @@ def test_six_undecided_ten_percent_slowdowns_are_not_pass_and_an_unchanged_suite
     world = World()
     same = _outcomes(random.Random("t28-aa"), world, SUITES, _some(0, 0.0, world))
     slow = _outcomes(random.Random("t28-six"), world, SUITES, _some(6, 0.10, world))
-    assert same["pass"] >= 0.9
+    # Most of this world's timings stay undecided (3 rounds of t(3) noise, MDE near 25 %): since
+    # issue 51 an unchanged suite reads INCONCLUSIVE for that, never PASS; what it must not
+    # read is a fail, a lean or a machine-or-code move.
+    assert same["pass"] + same["undecided"] >= 0.9
+    assert same["fail"] + same["lean"] + same["shift"] <= 0.1
     assert slow["pass"] <= 0.075
     assert slow["fail"] + slow["lean"] + slow["shift"] >= 0.9
 

@@ -23,8 +23,8 @@ from reports.analysis.probes import (
     host_evidence,
     host_move,
     probe_run,
-    timeline,
 )
+from reports.analysis.timeline import timeline
 from reports.history.load import Run, load_history
 from reports.history.runfile import BenchmarkResult
 
@@ -194,3 +194,61 @@ def test_a_timeline_needs_two_quiet_points_with_times():
     found = timeline(run)
     assert found is not None
     assert len(found.points["memory"]) == 17
+
+
+def test_a_benchmark_reads_the_probe_level_of_its_own_window():
+    """Issue 51: the level at a window is the line between the points around its middle (with
+    that reading's error), the nearest point outside them; not the run's median point."""
+    from reports.analysis.timeline import Timeline  # noqa: PLC0415
+
+    line = Timeline({"memory": ((0.0, 0.0), (10.0, 0.2), (20.0, 0.1))}, {"memory": 0.01})
+    level, var = line.at("memory", (4.0, 6.0)) or (math.nan, math.nan)
+    assert level == pytest.approx(0.1)
+    assert var == pytest.approx(0.5 * 0.01**2)  # halfway: each point weighs a half
+    level, var = line.at("memory", (12.0, 13.0)) or (math.nan, math.nan)
+    assert level == pytest.approx(0.2 - 0.25 * 0.1)
+    assert line.at("memory", (25.0, 30.0)) == (0.1, 0.01**2)
+    assert line.at("compute", (0.0, 1.0)) is None
+
+
+def test_each_shard_s_benchmarks_read_the_probes_of_their_own_file(tmp_path: Path):
+    """A run merged from two shard files has two clocks: a benchmark's window is read against
+    the probe points of its own file, never the other shard's points at the same seconds."""
+    from reports.analysis.metrics import window_levels  # noqa: PLC0415
+
+    def shard(i: int, probe_s: float) -> dict:
+        points = [{"session_s": t, "calls_s": [probe_s] * 3} for t in (0.0, 10.0)]
+        bench = _bench(f"test_decode[c{i}]", [1.0, 1.1])
+        bench["extra_info"] |= {"session_window_s": [4.0, 6.0]}
+        probe = _probe("memory", [probe_s, probe_s], {"points": points})
+        return {
+            "machine_info": {"node": "n", "system": "Linux", "machine": "x86_64"},
+            "commit_info": {"id": "a" * 40, "branch": "main"},
+            "datetime": "2026-01-01T00:00:00+00:00",
+            "benchmarks": [bench, probe],
+        }
+
+    for i, probe_s in ((1, 0.02), (2, 0.04)):
+        (tmp_path / f"shard{i}.json").write_text(json.dumps(shard(i, probe_s)), encoding="utf-8")
+    ((run,),) = load_history([tmp_path]).machines.values()
+    levels = window_levels(run)
+    for i, probe_s in ((1, 0.02), (2, 0.04)):
+        bench = run.benchmarks[f"benchmarks/test_decode.py::test_decode[c{i}]"]
+        assert levels(bench)["memory"][0] == pytest.approx(math.log(probe_s))
+
+
+def test_a_new_machine_image_inside_the_baseline_is_a_level_not_a_host_move():
+    """Issue 51: probe levels were centred on the whole baseline while run effects were centred
+    per segment: after a step (+10 %, a new VM image) the probes reported a move of about half
+    of it that the benchmarks did not see. Centred on the newest segment, the move is none."""
+    rng = random.Random(51)
+
+    def run(level: float) -> ProbeRun:
+        return ProbeRun(tuple(0.05 * math.exp(level + rng.gauss(0, 0.004)) for _ in range(8)))
+
+    baseline = [run(0.0) for _ in range(10)] + [run(math.log(1.10)) for _ in range(10)]
+    effects = [rng.gauss(0, 0.01) for _ in baseline]
+    move = host_move("memory", baseline, effects, [run(math.log(1.10))])
+    assert move is not None
+    assert abs(move.log_move) < 0.01
+    assert math.sqrt(move.spread_var) < 0.01  # the step is not the host's usual spread either
