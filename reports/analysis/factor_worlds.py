@@ -40,7 +40,7 @@ from reports.analysis.noise_model import estimate_run_effects
 from reports.analysis.probes import ProbeRun, host_evidence
 from reports.analysis.series import MetricSeries
 from reports.analysis.timeline import Timeline
-from reports.analysis.worlds import METRICS, Suite, draw
+from reports.analysis.worlds import Suite, draw, metric_of
 
 #: Each metric's sensitivity range to (memory, compute), drawn uniformly per benchmark.
 SENSITIVITY = {
@@ -81,8 +81,8 @@ class FactorWorld:
     outlier_prob: float = 0.0
 
     def metric(self, b: int) -> str:
-        """Benchmark b's metric: the first third prefill, then decode, then generate."""
-        return METRICS[min(len(METRICS) - 1, b * len(METRICS) // self.benchmarks)]
+        """Benchmark b's metric (`worlds.metric_of`)."""
+        return metric_of(b, self.benchmarks)
 
 
 def unchanged(b: int, r: int) -> float:

@@ -34,6 +34,14 @@ from reports.analysis.series import MetricSeries
 METRICS = ("prefill_s", "decode_step_s", "e2e_s")
 #: How much of the host's state the compute probe sees (an in-cache GEMM moves less than a copy).
 COMPUTE_GAIN = 0.5
+
+
+def metric_of(b: int, benchmarks: int) -> str:
+    """Benchmark b's primary metric among `benchmarks`: the first third prefill, then decode,
+    then generate (both synthetic worlds)."""
+    return METRICS[min(len(METRICS) - 1, b * len(METRICS) // benchmarks)]
+
+
 #: benchmark index x run index -> the code's factor on that run's level (1.0 = unchanged)
 Code = Callable[[int, int], float]
 #: run index -> the host's factor in that run (1.0 = its usual state)
@@ -62,8 +70,8 @@ class HostWorld:
     shared_host: bool = False
 
     def metric(self, b: int) -> str:
-        """Benchmark b's primary metric: the first third prefill, then decode, then generate."""
-        return METRICS[min(len(METRICS) - 1, b * len(METRICS) // self.benchmarks)]
+        """Benchmark b's primary metric (`metric_of`)."""
+        return metric_of(b, self.benchmarks)
 
 
 def draw(rng: random.Random, cv: float, tail_df: float) -> float:
