@@ -54,7 +54,7 @@ from pytest_benchmark.stats import Stats
 
 from benchmarks.harness.device.cpustate import OthersCpuMeter
 from benchmarks.harness.device.devices import resolve_device
-from benchmarks.harness.probe.client import ProbeWorker, WorkerError, WorkerInfo
+from benchmarks.harness.probe.client import MODULE, ProbeWorker, WorkerError, WorkerInfo
 from benchmarks.harness.probe.kernels import ProbeKernel, device_kernels
 from benchmarks.harness.probe.timing import time_calls
 from benchmarks.suite.rounds import ACCELERATOR, EXTRA_INFO_SCHEMA, THREADS, Progress
@@ -299,7 +299,10 @@ def session_seconds(config: pytest.Config) -> float | None:
 def _probe(config: pytest.Config, log: ProbeLog, at: str) -> None:
     log.probe(at)
     if log.stopped is not None:
-        Progress(config)(f"host probes stopped: {log.stopped}")
+        Progress(config)(
+            f"host probes stopped: {log.stopped}. The run goes on with the points so far; "
+            f'to see why, run `python -m {MODULE}` and type {{"op": "point"}}'
+        )
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -69,6 +69,8 @@ def welch_df(parts: Sequence[tuple[float, float]]) -> float:
 
 @dataclass(frozen=True)
 class Context:
+    """What one machine's timings are judged under (`make_context`, module docstring)."""
+
     run_term: float
     run_df: float
     rho: float
@@ -78,7 +80,7 @@ class Context:
     host_named: bool = False
     banded: bool = False
     #: the probe kinds that moved beyond their usual spread (at alpha): a timing's own model
-    #: then keeps, as the other attribution, the move with their part given back to the code
+    #: credits their part only within a band (`timing_model.Judged.banded`)
     moved: tuple[str, ...] = ()
 
 
@@ -128,14 +130,20 @@ def with_evidence(v: Verdict, ctx: Context, timed: bool) -> Verdict:
         se = math.sqrt(parts.variance(parts.run_effect_var, ctx.rho))
         return replace(v, se=se)
     move = judged(v, ctx)
-    if move is not None and parts.fit is not None:
+    if move is not None:
         # Its own loadings on every probe kind, at the probes' levels of its own window: the
         # host's predicted move is taken out. A kind that moved beyond its usual spread is
         # credited between nothing and its loading's upper end (machine or code): a model
         # fitted within the baseline's range is not trusted to extrapolate beyond it.
         said = (
             f"raw \u00d7{math.exp(move.raw):.3f}, the host probes predicted "
-            f"\u00d7{math.exp(move.predicted):.3f} for it (its own loadings)"
+            f"\u00d7{math.exp(move.predicted):.3f} for it (its own loadings"
+            + (
+                f"; {parts.fit.dropped} burst run(s) left out of the fit"
+                if parts.fit and parts.fit.dropped
+                else ""
+            )
+            + ")"
         )
         note = "; ".join(n for n in (v.note, said) if n)
         if ctx.moved:
@@ -186,6 +194,6 @@ def make_context(
     # the host moved beyond its usual spread at the interval's level (said; a verdict split by
     # the probes' move is marked)
     z_ci = t_ppf(0.5 + config.ci_level / 2.0, math.inf)
-    moved = banded and host is not None and host.named(z_ci)
+    named = banded and host is not None and host.named(z_ci)
     beyond = host.beyond(z) if usable and host is not None else ()
-    return Context(run_term, run_df, rho, host, common, mode, moved, banded, beyond)
+    return Context(run_term, run_df, rho, host, common, mode, named, banded, beyond)

@@ -162,9 +162,7 @@ def make_factor_suite(
                 rounds.append(value)
             runs[b].append(tuple(rounds))
             window = (float(slot[b]), float(slot[b] + 1))
-            window_levels[b].append(
-                {k: at for k in line.points if (at := line.at(k, window)) is not None}
-            )
+            window_levels[b].append(line.levels(window))
     table = [[math.log(run_location(runs[b][r])) for b in range(m)] for r in range(n)]
     effects = estimate_run_effects(table)
     series = [

@@ -78,25 +78,25 @@ def _model_group(
         [f.residuals for _, f in pairs], TRIMMED_MEAN_VAR, [f.resid_var for _, f in pairs]
     )
     runs = statistics.median(f.runs for _, f in pairs)
-    loading = statistics.fmean(j.var - f.resid_var * (factor + 1.0 / f.runs) for j, f in pairs)
-    var = run_var * (factor + 1.0 / runs) + max(loading, 0.0)
     df = min(run_df, statistics.median(f.df for _, f in pairs))
-    d = trimmed_mean([j.log_ratio for j, _ in pairs])
+    # Each member's reading as for one timing (`evidence`): beyond its prediction, or, with
+    # probe kinds moved beyond their usual spread, their part credited at most (the move) and
+    # not at all (the other attribution).
+    readings = [
+        j.banded(ctx.moved) if ctx.moved else ((j.log_ratio, j.var), (j.log_ratio, j.var))
+        for j, _ in pairs
+    ]
+    # what the members' own runs add is in `run_var`; what is left is their loadings' error
+    loading = statistics.fmean(
+        most_var - f.resid_var * (factor + 1.0 / f.runs)
+        for ((_, most_var), _), (_, f) in zip(readings, pairs, strict=True)
+    )
+    se = math.sqrt(run_var * (factor + 1.0 / runs) + max(loading, 0.0))
+    d = trimmed_mean([most for (most, _), _ in readings])
     alternatives: tuple[tuple[float, float], ...] = ()
     if ctx.moved:
-        # as for one timing (`evidence`): the moved kinds credited at most and not at all,
-        # the group's variance without their loadings' error
-        readings = [j.banded(ctx.moved) for j, _ in pairs]
-        base = run_var * (factor + 1.0 / runs) + max(
-            0.0,
-            statistics.fmean(
-                b[0][1] - j.base_var for (j, _), b in zip(pairs, readings, strict=True)
-            ),
-        )
-        d = trimmed_mean([b[0][0] for b in readings])
-        var = base
-        alternatives = ((trimmed_mean([b[1][0] for b in readings]), math.sqrt(base)),)
-    return d, math.sqrt(var), df, alternatives
+        alternatives = ((trimmed_mean([none for _, (none, _) in readings]), se),)
+    return d, se, df, alternatives
 
 
 def _plain_group(

@@ -253,8 +253,7 @@ def window_levels(run: Run) -> Callable[[BenchmarkResult], Levels]:
         if not all(isinstance(t, int | float) and not isinstance(t, bool) for t in window):
             return whole
         span = (float(window[0]), float(window[1]))
-        found = {k: at for k in line.points if (at := line.at(k, span)) is not None}
-        return {**whole, **found}
+        return {**whole, **line.levels(span)}
 
     return levels
 

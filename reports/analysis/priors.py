@@ -29,6 +29,7 @@ from reports.analysis.series import (
     baseline_start,
     log_location,
     model_inputs,
+    verdict_window,
 )
 from reports.analysis.timing_model import GroupPrior, Levels, group_loadings
 
@@ -75,7 +76,10 @@ def group_priors(
     """Each (machine, metric) group's pooled loadings on the host probes (`timing_model`)."""
     members: dict[tuple[str, str], list[tuple[list[float], list[Levels]]]] = {}
     for s in series:
-        if s.kind != "exact" and (inputs := model_inputs(s, config)) is not None:
+        if s.kind == "exact" or not s.baseline_probes:
+            continue
+        rounds, first, _ = verdict_window(s, config)
+        if (inputs := model_inputs(s, rounds, first)) is not None:
             members.setdefault((s.machine_id, s.metric), []).append(inputs)
     return {
         key: prior for key, found in members.items() if (prior := group_loadings(found)) is not None

@@ -243,7 +243,7 @@ class HostEvidence:
     def named(self, z: float) -> bool:
         """True when some kind's move lies beyond `z` standard deviations of the host's own
         run-to-run spread and the move's error: the host moved, not just strayed as it does."""
-        return any(abs(m.log_move) > z * math.sqrt(m.var + m.spread_var) for m in self.moves)
+        return bool(self.beyond(z))
 
     def beyond(self, z: float) -> tuple[str, ...]:
         """The kinds whose move lies beyond `z` of their own error and the host's usual spread

@@ -227,16 +227,24 @@ def baseline_start(
     return start + cut.index, cut
 
 
+def verdict_window(series: MetricSeries, config: AnalysisConfig) -> tuple[int, int, Step | None]:
+    """The round count every run of the series is summarised at (both sides), the first
+    baseline run compared against and the step that cut older ones off (`baseline_start`)."""
+    current_runs = (*series.current_repeats, series.current) if series.current else ()
+    # Every run, both sides, at one round count: a low order statistic's expectation moves
+    # with the count (`levels.location_at`).
+    rounds = common_rounds([*series.baseline, *current_runs])
+    first, cut = baseline_start(adjusted(series), config, rounds)
+    return rounds, first, cut
+
+
 def model_inputs(
-    series: MetricSeries, config: AnalysisConfig
+    series: MetricSeries, rounds: int, first: int
 ) -> tuple[list[float], list[Levels]] | None:
-    """The baseline runs' log locations and probe levels the timing model is fitted to: the
-    window the verdict uses, at the common round count; None without probe levels."""
+    """The baseline runs' log locations and probe levels the timing model is fitted to, from
+    `verdict_window`'s `rounds` and `first`; None without probe levels."""
     if not series.baseline_probes or len(series.baseline_probes) != len(series.baseline):
         return None
-    current_runs = (*series.current_repeats, series.current) if series.current else ()
-    rounds = common_rounds([*series.baseline, *current_runs])
-    first, _ = baseline_start(adjusted(series), config, rounds)
     ys = [log_location(run, rounds) for run in series.baseline[first:]]
     return ys, list(series.baseline_probes[first:])
 
@@ -266,10 +274,7 @@ def judge_noisy(
             note="no baseline run has this benchmark",
         )
     current_runs = (*series.current_repeats, series.current) if series.current else ()
-    # Every run, both sides, at one round count: a low order statistic's expectation moves
-    # with the count (`levels.location_at`).
-    rounds = common_rounds([*series.baseline, *current_runs])
-    first, cut = baseline_start(adjusted(series), config, rounds)
+    rounds, first, cut = verdict_window(series, config)
     offsets = (series.baseline_offsets or (0.0,) * len(series.baseline))[first:]
     # The run is the unit: each current run summarised like a baseline run, then averaged.
     current_log = (
@@ -314,7 +319,7 @@ def judge_noisy(
         (index[first + i], log_location(run, rounds) - o - noise.baseline_log)
         for i, (run, o) in enumerate(zip(series.baseline[first:], offsets, strict=True))
     )
-    inputs = model_inputs(series, config)
+    inputs = model_inputs(series, rounds, first)
     model = fit(*inputs, group) if inputs is not None else None
     if model is not None:
         # the fit's residuals keyed by the comparison's run index, like the plain ones

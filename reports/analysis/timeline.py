@@ -32,14 +32,6 @@ class Timeline:
     points: Mapping[str, tuple[tuple[float, float], ...]]
     noise: Mapping[str, float]
 
-    def level(self, kind: str, window: tuple[float, float]) -> float | None:
-        """The kind's log level at a window: the mean of the points that bracket it."""
-        points = self.points.get(kind, ())
-        before = [v for t, v in points if t <= window[0]]
-        after = [v for t, v in points if t >= window[1]]
-        near = [*before[-1:], *after[:1]]
-        return statistics.fmean(near) if near else None
-
     def at(self, kind: str, window: tuple[float, float]) -> tuple[float, float] | None:
         """The kind's log level during `window` (seconds since the run began) and its variance:
         the line between the last point before the window's middle and the first after it,
@@ -66,10 +58,14 @@ class Timeline:
         """Each kind's log move from the first window to the second."""
         out = []
         for kind in sorted(self.points):
-            a, b = self.level(kind, first), self.level(kind, second)
+            a, b = self.at(kind, first), self.at(kind, second)
             if a is not None and b is not None:
-                out.append((kind, b - a))
+                out.append((kind, b[0] - a[0]))
         return out
+
+    def levels(self, window: tuple[float, float]) -> dict[str, tuple[float, float]]:
+        """Every kind's (log level, variance) during `window` (`at`)."""
+        return {k: at for k in self.points if (at := self.at(k, window)) is not None}
 
 
 def _point_sd(calls: Sequence[Sequence[float]]) -> float:

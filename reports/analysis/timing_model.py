@@ -28,8 +28,8 @@ How it is fitted, and why:
   direction is `(S_zy + w * group) / (S_zz + w)`: `w` is its residual variance over the spread
   of true loadings among the group's members (method of moments: their own fits' robust spread
   less their typical error; at least `MIN_SPREAD_SHARE` of the group's loading), so identical
-  members borrow
-  the group's precision; without `MIN_MEMBERS` members the group is worth `PRIOR_RUNS` runs.
+  members borrow the group's precision; without `MIN_MEMBERS` members the group is worth
+  `PRIOR_RUNS` runs.
 - **Residual variance** robust (biweight midvariance, scaled to the degrees of freedom left
   after the fit), shrunk toward the group's median, worth `PRIOR_RUNS` runs.
 
@@ -153,7 +153,6 @@ class Fit:
     resid_var: float
     df: float
     runs: int
-    raw_var: float
     residuals: tuple[tuple[int, float], ...]
     dropped: int = 0
 
@@ -257,11 +256,20 @@ def _along(data: _Data, u: Sequence[float]) -> _Direction:
     return _Direction(szz, sum(a * b for a, b in zip(z, data.y, strict=True)), z)
 
 
-def _solve_member(
-    data: _Data, base: Basis, prior: GroupPrior | None
-) -> tuple[list[float], list[float], list[float], float, float]:
-    """Loadings along each direction, their variances, the residuals, the residual variance
-    and the degrees of freedom of one member (shrunk toward `prior` when given)."""
+@dataclass(frozen=True)
+class _Solved:
+    """One member's loadings along each direction and their variances, its residuals, their
+    variance and its degrees of freedom."""
+
+    loadings: list[float]
+    errors: list[float]
+    residuals: list[float]
+    resid_var: float
+    df: float
+
+
+def _solve_member(data: _Data, base: Basis, prior: GroupPrior | None) -> _Solved:
+    """One member's fit along `base`'s directions, shrunk toward `prior` when given."""
     n = len(data.y)
     along = [_along(data, u) for u in base.directions]
     first = [d.szy / d.szz for d in along]  # own least squares, for the residual scale
@@ -296,7 +304,7 @@ def _solve_member(
         share = w / (d.szz + w)
         group = prior.error[k] if prior is not None else 0.0
         errors.append(resid_var / (d.szz + w) + share * share * group)
-    return loadings, errors, residuals, resid_var, df
+    return _Solved(loadings, errors, residuals, resid_var, df)
 
 
 def fit(ys: Sequence[float], xs: Sequence[Levels], prior: GroupPrior | None = None) -> Fit | None:
@@ -312,20 +320,21 @@ def fit(ys: Sequence[float], xs: Sequence[Levels], prior: GroupPrior | None = No
     base = prior.basis if prior is not None else basis(kinds, [data])
     if base is None or len(data.y) - 1 - len(base.directions) < 1:
         return None
-    found = _fit(data, base, prior, xs)
+    found = _fit(data, base, prior)
     # One refit without the runs the first fit cannot explain at all (a lone burst run).
     sd = math.sqrt(max(found.resid_var, 1e-12))
     keep = [i for i, (_, r) in enumerate(found.residuals) if abs(r) <= OUTLIER_SDS * sd]
     if MIN_RUNS <= len(keep) < len(data.rows):
         kept = _data([ys[data.rows[i]] for i in keep], [xs[data.rows[i]] for i in keep], kinds)
         if kept is not None:
-            again = _fit(replace(kept, rows=tuple(data.rows[i] for i in keep)), base, prior, xs)
+            again = _fit(replace(kept, rows=tuple(data.rows[i] for i in keep)), base, prior)
             return replace(again, dropped=len(data.rows) - len(keep))
     return found
 
 
-def _fit(data: _Data, base: Basis, prior: GroupPrior | None, xs: Sequence[Levels]) -> Fit:
-    loadings_z, errors, residuals, resid_var, df = _solve_member(data, base, prior)
+def _fit(data: _Data, base: Basis, prior: GroupPrior | None) -> Fit:
+    solved = _solve_member(data, base, prior)
+    loadings_z, errors = solved.loadings, solved.errors
     p = len(base.kinds)
     loadings = [
         sum(b * u[i] for b, u in zip(loadings_z, base.directions, strict=True)) for i in range(p)
@@ -344,11 +353,10 @@ def _fit(data: _Data, base: Basis, prior: GroupPrior | None, xs: Sequence[Levels
         mu=data.mu,
         loadings=tuple(loadings),
         cov=cov,
-        resid_var=resid_var,
-        df=df,
+        resid_var=solved.resid_var,
+        df=solved.df,
         runs=len(data.y),
-        raw_var=biweight_var([v + data.mu for v in data.y]),
-        residuals=tuple(zip(data.rows, residuals, strict=True)),
+        residuals=tuple(zip(data.rows, solved.residuals, strict=True)),
     )
 
 
@@ -365,10 +373,11 @@ def group_loadings(
     base = basis(kinds, datas) if datas else None
     if base is None:
         return None
-    own = [_solve_member(d, base, None) for d in datas if len(d.y) - 1 - len(base.directions) >= 1]
-    if not own:
+    datas = [d for d in datas if len(d.y) - 1 - len(base.directions) >= 1]  # as `fit` needs
+    if not datas:
         return None
-    resid_var = statistics.median(o[3] for o in own)
+    own = [_solve_member(d, base, None) for d in datas]
+    resid_var = statistics.median(o.resid_var for o in own)
     along = [[_along(d, u) for u in base.directions] for d in datas]
     loadings, error = [], []
     for k in range(len(base.directions)):
@@ -378,7 +387,11 @@ def group_loadings(
     spread = None
     if len(own) >= MIN_MEMBERS:
         spread = tuple(
-            max(0.0, biweight_var([o[0][k] for o in own]) - statistics.median(o[1][k] for o in own))
+            max(
+                0.0,
+                biweight_var([o.loadings[k] for o in own])
+                - statistics.median(o.errors[k] for o in own),
+            )
             for k in range(len(base.directions))
         )
     return GroupPrior(base, tuple(loadings), tuple(error), spread, resid_var)

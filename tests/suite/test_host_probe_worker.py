@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.suite_run import is_probe
+from tests.suite_run import is_probe, run_suite
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = ROOT / "tests" / "harness" / "probe" / "fakeworker.py"
@@ -55,27 +53,18 @@ def pytest_collection(session):
 
 
 def test_a_hung_worker_stops_the_probes_with_its_reason_and_the_run_is_saved(tmp_path):
-    (tmp_path / "m.yaml").write_text(MATRIX, encoding="utf-8")
     note = tmp_path / "note.json"
     (tmp_path / "hung_worker_plugin.py").write_text(
         PLUGIN.format(fake=str(FAKE), out=str(note)), encoding="utf-8"
     )
-    command = [
-        sys.executable, "-m", "pytest", str(ROOT / "benchmarks"),
-        "-c", str(ROOT / "pyproject.toml"), "-p", "no:cacheprovider", "-p", "hung_worker_plugin",
-        "--peaks", "none", "--matrix", str(tmp_path / "m.yaml"),
-        f"--benchmark-storage=file://{tmp_path / 'history'}",
-    ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
-    done = subprocess.run(
-        command, check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
-    )
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    # exit 0 and one history file asserted there
+    stdout, _ = run_suite(tmp_path, MATRIX, args=["-p", "hung_worker_plugin"], env=env)
     # Started in pytest_configure: running before collection imported any test module.
     started = json.loads(note.read_text(encoding="utf-8"))
     assert started["worker_pid"] is not None
     assert started["test_modules"] == []
-    assert "host probes stopped: the probe worker gave no point in 2 s" in done.stdout
+    assert "host probes stopped: the probe worker gave no point in 2 s" in stdout
 
     (path,) = sorted((tmp_path / "history").rglob("*.json"))
     saved = json.loads(path.read_text(encoding="utf-8"))
