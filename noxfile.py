@@ -357,6 +357,23 @@ def ab(session: nox.Session) -> None:
     _run_verdict(session, "python", "-m", "benchmarks.ab", *session.posargs)
 
 
+@nox.session(venv_params=SYSTEM_SITE)
+def bisect(session: nox.Session) -> None:
+    """Which commit made a timing slower: paired A/B bisection (docs/bisect.md).
+
+    `nox -s bisect -- --good REF [--bad REF] [--matrix FILE] [--out DIR] [--metric NAME]
+    [A/B and pytest options]`; writes DIR/bisect.json, summary.md, index.html and each step's
+    A/B run. Exit 0 a culprit named and verified, 2 bad input, 3 inconclusive, 4 not
+    reproducible.
+    """
+    _install(session, "bench", "report", "mlx")
+    try:
+        session.run("python", "-m", "benchmarks.bisect", *session.posargs)
+    except CommandFailed as error:
+        code = _exit_code(error)
+        raise SystemExit(code if code in (2, 3, 4) else 2) from None
+
+
 def _run_verdict(session: nox.Session, *args: str) -> None:
     """Run a judging command and leave nox with its exit code: 1 regression, 2 cannot judge,
     3 inconclusive (nothing could be decided: a busy or too noisy machine)."""

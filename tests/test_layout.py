@@ -65,6 +65,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("benchmarks.harness.__main__",),
     ("benchmarks.ab",),
     ("benchmarks.calibration",),
+    ("benchmarks.bisect",),  # bisection: every step an A/B run, the search in reports.analysis
     ("benchmarks.suite",),  # the suite's pytest glue: rounds, collection, fixtures, tp cells
     ("benchmarks",),  # the suite: conftest.py and the test modules
 )

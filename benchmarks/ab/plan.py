@@ -53,6 +53,9 @@ class Plan:
     argv: tuple[str, ...] = ()
     budget: PairBudget | None = None
     threads_from: str = "--threads"  # or the default's reason (cpus.default_threads)
+    # A tree that measures both sides instead of the base's or the head's: a bisection keeps
+    # one apparatus for every step while its sides change (benchmarks/bisect).
+    apparatus_tree: Path | None = None
 
 
 def _parser() -> argparse.ArgumentParser:

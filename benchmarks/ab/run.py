@@ -105,7 +105,10 @@ def build_side(name: str, ref: str | None, tree: Path, commit: str | None, plan:
     """Build (or reuse) the side's environment and check that it imports the suite's stack."""
     env = plan.base_env if name == "base" else plan.head_env
     spec = EnvSpec.of(tree, env)
-    python = environment(spec, EnvSpec.of(ROOT, {}), plan.out / "logs" / f"env-{name}.log")
+    try:
+        python = environment(spec, EnvSpec.of(ROOT, {}), plan.out / "logs" / f"env-{name}.log")
+    except ABError as error:  # which side could not be built (a bisection skips that commit)
+        raise ABError(f"{name} side: {error}") from error
     label = "working tree" if ref is None else ref
     where = commit[:12] if commit else "uncommitted changes included"
     _say(f"{name}: {label} ({where}), python {python}")
@@ -245,6 +248,10 @@ def _last_error(log: Path) -> str:
     return (errors or [ln for ln in lines if ln] or ["no output"])[-1][:300]
 
 
+def _measures(plan: Plan, apparatus: Path) -> str:
+    return f"{plan.apparatus} tree" if plan.apparatus_tree is None else str(apparatus)
+
+
 def ab(plan: Plan) -> int:
     """Run the whole A/B comparison; returns the exit code (raises ABError on bad input)."""
     started = time.perf_counter()
@@ -257,6 +264,8 @@ def ab(plan: Plan) -> int:
         base_tree, base_commit = side_tree(plan.base_ref, trees)
         head_tree, head_commit = side_tree(plan.head_ref, trees)
         apparatus = base_tree if plan.apparatus == "base" else head_tree
+        if plan.apparatus_tree is not None:
+            apparatus = plan.apparatus_tree
         if not has_turnstile(apparatus):
             ref = plan.base_ref if plan.apparatus == "base" else plan.head_ref
             raise ABError(
@@ -297,7 +306,7 @@ def ab(plan: Plan) -> int:
                 cells += f", until ±{budget.target_half_width:.1%} or {budget.max_s:g} s"
             cells += ")"
         pinned = "" if plan.cpus is None else f"; both sides on CPUs {sorted(plan.cpus)}"
-        _say(f"apparatus: {plan.apparatus} tree; {cells}; interleave {mode}{pinned}")
+        _say(f"apparatus: {_measures(plan, apparatus)}; {cells}; interleave {mode}{pinned}")
         codes = run_sides((base, head), plan, matrix, apparatus, mode, current=current)
         for side in (base, head):
             log = plan.out / "logs" / f"{side.name}.log"

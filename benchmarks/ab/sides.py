@@ -39,6 +39,7 @@ from benchmarks.harness.errors import PhasebenchError
 ROOT = Path(__file__).resolve().parents[2]
 ENV_CACHE_VAR = "PHASEBENCH_AB_ENVS"  # where side environments are cached (tests point it away)
 TORCH_VAR = "PHASEBENCH_TORCH"
+PIP_VAR = "PHASEBENCH_PIP"
 BENCH_GROUP = "bench"
 TURNSTILE = Path("benchmarks/ab/turnstile.py")
 # Where each tree keeps the A/B plugin, newest first: an apparatus (the merge-base's tree) from
@@ -155,17 +156,25 @@ class EnvSpec:
 
     requirements: tuple[str, ...]
     torch: str | None  # PHASEBENCH_TORCH, or None: reuse the running interpreter's torch
+    # PHASEBENCH_PIP: requirement specs installed with the tree's (e.g. `transformers==5.22.0`):
+    # a side that differs from the other by one package's release (`nox -s bisect --package`)
+    pins: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, tree: Path, env: Mapping[str, str]) -> EnvSpec:
         """The spec of `tree` with the side's variables `env` over the caller's environment."""
         torch = env.get(TORCH_VAR, os.environ.get(TORCH_VAR)) or None
-        return cls(tuple(sorted(dependency_group(tree / "pyproject.toml"))), torch)
+        pins = tuple((env.get(PIP_VAR, os.environ.get(PIP_VAR)) or "").split())
+        return cls(tuple(sorted(dependency_group(tree / "pyproject.toml"))), torch, pins)
 
     @property
     def digest(self) -> str:
-        """12 hex digits of sha256 over the spec: the cache key."""
-        text = json.dumps({"requirements": self.requirements, "torch": self.torch}, sort_keys=True)
+        """12 hex digits of sha256 over the spec: the cache key (a spec without pins keeps
+        the key it had before pins existed, so its cached environment is reused)."""
+        data: dict[str, Any] = {"requirements": self.requirements, "torch": self.torch}
+        if self.pins:
+            data["pins"] = self.pins
+        text = json.dumps(data, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
@@ -205,7 +214,8 @@ def environment(spec: EnvSpec, running: EnvSpec, log: Path, cache: Path | None =
         pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "-q"]
         if spec.torch:
             steps.append([*pip, spec.torch])
-        steps.append([*pip, *spec.requirements])
+        # one resolve for both: a pin must agree with the tree's own requirements
+        steps.append([*pip, *spec.requirements, *spec.pins])
         for index, command in enumerate(steps):
             sink.write("$ " + " ".join(command) + "\n")
             sink.flush()
@@ -213,7 +223,8 @@ def environment(spec: EnvSpec, running: EnvSpec, log: Path, cache: Path | None =
             if code != 0:
                 raise ABError(
                     f"the environment for {spec.torch or 'the running torch'} + "
-                    f"{len(spec.requirements)} bench requirements could not be built (exit "
+                    f"{len(spec.requirements)} bench requirements"
+                    f"{''.join(' + ' + p for p in spec.pins)} could not be built (exit "
                     f"{code}); read {log}"
                 )
             if index == 0 and not spec.torch:

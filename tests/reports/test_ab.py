@@ -12,7 +12,7 @@ import pytest
 from reports import ab
 from reports.ab import ABConfig, judge, status_of
 from reports.history.runfile import BenchmarkResult
-from reports.render.ab import render_html, render_summary, strip_points
+from reports.render.ab import bisect_commands, render_html, render_summary, strip_points
 
 MACHINE = {"node": "n", "system": "Linux", "release": "6", "machine": "x86_64",
            "python_implementation": "CPython"}  # fmt: skip
@@ -244,3 +244,28 @@ def test_a_process_run_whose_every_timing_moved_together_fails_and_says_the_shif
     assert doc["status"] == "fail"
     assert "every timing of the head moved +" in doc["context"]["process_shift"]
     assert "nothing is re-centred" in doc["context"]["process_shift"]
+
+
+def test_a_failed_timing_between_two_commits_says_how_to_bisect_it(tmp_path):
+    b, h = rounds(5, 0.30)
+    side_file(tmp_path / "base.json", [bench_json("a", b, measurement="decode")])
+    side_file(tmp_path / "head.json", [bench_json("a", h, measurement="decode")])
+    sides = {
+        "base": {"label": "main", "commit": "1" * 40, "env": {}, "stack": {}},
+        "head": {"label": "pr", "commit": "2" * 40, "env": {}, "stack": {}},
+    }
+    context = {"pairs": 30, "interleave": "rounds", "matrix": "matrix/cpu.yaml", "sides": sides}
+    (tmp_path / "context.json").write_text(json.dumps(context), encoding="utf-8")
+    assert ab.main(["--out", str(tmp_path)]) == 1
+    doc = json.loads((tmp_path / "ab.json").read_text(encoding="utf-8"))
+    [(test, command)] = bisect_commands(doc)
+    failed = next(e for e in doc["benchmarks"] if e["verdict"] == "fail")
+    assert test == failed["fullname"].rpartition("::")[2]
+    assert command.startswith(f"nox -s bisect -- --good {'1' * 12} --bad {'2' * 12}")
+    assert "--matrix matrix/cpu.yaml" in command
+    assert "--metric decode_step_s" in command
+    assert command in (tmp_path / "summary.md").read_text(encoding="utf-8")
+    assert "Which commit did it" in (tmp_path / "index.html").read_text(encoding="utf-8")
+    # the working tree as head: no commits between, no command
+    sides["head"]["commit"] = None
+    assert bisect_commands({**doc, "context": {**context, "sides": sides}}) == []
