@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shlex
 import signal
 import sys
@@ -170,11 +171,13 @@ def _side_of(error: ABError, lo: int, hi: int) -> int:
 
 def _suspect(b: dict[str, Any], threshold: float) -> bool:
     """Failed, or undecided with its estimate beyond the threshold: the scan stops at A/B's
-    precision (±1.5 %) and level, the search's reproduction looks again with more pairs."""
+    precision (±1.5 %) and level, the search's reproduction looks again with more runs. An
+    unstable timing (wild pairs: a busy machine) counts too: the reproduction's own pooled,
+    trimmed readings decide whether it moved."""
     if b.get("verdict") == "fail":
         return True
     beyond = float(b.get("ratio") or 0.0) > 1.0 + threshold
-    return b.get("verdict") == "inconclusive" and beyond and not b.get("unstable")
+    return b.get("verdict") == "inconclusive" and beyond
 
 
 def tracked_timing(
@@ -190,6 +193,30 @@ def tracked_timing(
         and (metric is None or b.get("metric") == metric)
     ]
     return max(failed, key=lambda b: float(b["ratio"])) if failed else None
+
+
+def _nothing_to_search(scan: dict[str, Any], threshold: float) -> Result:
+    """No suspect timing: not reproducible, unless an unstable timing's interval still reaches
+    the threshold (wild pairs on a busy machine hid what it did): then inconclusive."""
+    open_ = [
+        b
+        for b in scan.get("benchmarks", [])
+        if b.get("kind") == "timing"
+        and b.get("unstable")
+        and float(b.get("ci_high") or math.inf) >= 1.0 + threshold
+    ]
+    if open_:
+        return Result(
+            "inconclusive",
+            f"the scan could not rule out a slowdown of {len(open_)} unstable timing(s): "
+            f"{open_[0]['unstable']} (see scan/summary.md); re-run on a quiet machine",
+            0.0,
+        )
+    return Result(
+        "not-reproducible",
+        "no timing of the scan failed or lay beyond the threshold (see scan/summary.md)",
+        0.0,
+    )
 
 
 def selector(fullname: str) -> str:
@@ -258,22 +285,7 @@ def run(opts: Options) -> int:
         scan = _ab_run(opts, commits[0], commits[-1], out=opts.out / "scan", extra=(), tree=tree)
         tracked = tracked_timing(scan, opts.metric, opts.plan.threshold)
         if tracked is None:
-            unstable = [b for b in scan.get("benchmarks", []) if b.get("unstable")]
-            result = (
-                Result(
-                    "inconclusive",
-                    f"the scan could not judge {len(unstable)} timing(s): "
-                    f"{scan.get('status_reason', '')} (see scan/summary.md)",
-                    0.0,
-                )
-                if unstable
-                else Result(
-                    "not-reproducible",
-                    "no timing of the scan failed or lay beyond the threshold "
-                    "(see scan/summary.md)",
-                    0.0,
-                )
-            )
+            result = _nothing_to_search(scan, opts.plan.threshold)
             return _finish(opts, commits, result, tracked=None, started=started, wall_s=[])
         _say(
             f"searching {tracked['fullname']} {tracked['metric']} "

@@ -12,7 +12,7 @@ import pytest
 from benchmarks.ab.sides import ABError
 from benchmarks.bisect.commits import Commit
 from benchmarks.bisect.output import levels, picture, write_outputs
-from benchmarks.bisect.run import parse, selector, tracked_timing
+from benchmarks.bisect.run import _nothing_to_search, parse, selector, tracked_timing
 from reports.analysis.bisection import Estimate, Plan, bisect
 
 COMMITS = [Commit(f"{i:040x}", f"commit {i}") for i in range(9)]
@@ -84,8 +84,11 @@ def test_the_scan_picks_the_largest_suspect_timing():
     # undecided at A/B's precision, estimate beyond the threshold: the search looks again
     assert tracked_timing({"benchmarks": [_timing("inconclusive", 1.07)]}, None) is not None
     assert tracked_timing({"benchmarks": [_timing("inconclusive", 1.03)]}, None) is None
+    # wild pairs (a busy machine) do not hide a slowdown: the reproduction decides
     unstable = _timing("inconclusive", 1.5, unstable="wild pairs")
-    assert tracked_timing({"benchmarks": [unstable]}, None) is None
+    assert tracked_timing({"benchmarks": [unstable]}, None) is unstable
+    calm = _timing("inconclusive", 1.02, unstable="wild pairs")
+    assert tracked_timing({"benchmarks": [calm]}, None) is None
 
 
 def test_the_one_cell_selector_is_the_test_name_with_its_parameters():
@@ -113,3 +116,12 @@ def test_unknown_options_go_to_every_ab_run():
     opts = parse(["--good", "a", "-k", "decode", "--cpus", "none"])
     assert opts.ab_args == ("-k", "decode", "--cpus", "none")
     assert opts.bad == "HEAD"
+
+
+def test_with_no_suspect_only_an_unstable_interval_reaching_the_threshold_is_inconclusive():
+    calm = _timing("inconclusive", 1.0, unstable="wild pairs", ci_high=1.03)
+    assert _nothing_to_search({"benchmarks": [calm]}, 0.05).verdict == "not-reproducible"
+    wide = _timing("inconclusive", 1.0, unstable="wild pairs", ci_high=1.09)
+    result = _nothing_to_search({"benchmarks": [wide, calm]}, 0.05)
+    assert result.verdict == "inconclusive"
+    assert "wild pairs" in result.reason
