@@ -22,6 +22,7 @@ import json
 import math
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,17 +48,21 @@ def _look(est: Estimate) -> dict[str, Any]:
     return {"pairs": est.pairs, "ratio": est.ratio, "ci_low": low, "ci_high": high}
 
 
-def document(
-    commits: Sequence[Commit],
-    result: Result,
-    *,
-    tracked: dict[str, Any] | None,
-    plan: Plan,
-    wall_s: float,
-    comparison_wall_s: Sequence[float],
-    command: str,
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Context:
+    """What the search was of and how it ran: the timing followed (the scan's entry; None when
+    nothing was), the rule, the whole wall time, each comparison's, and the command."""
+
+    tracked: dict[str, Any] | None
+    plan: Plan
+    wall_s: float
+    comparison_wall_s: Sequence[float]
+    command: str
+
+
+def document(commits: Sequence[Commit], result: Result, context: Context) -> dict[str, Any]:
     """The `bisect.json` document (module docstring)."""
+    tracked, plan = context.tracked, context.plan
     culprits = []
     for c in result.culprits:
         low, high = _interval(c.estimate)
@@ -111,9 +116,9 @@ def document(
         ],
         "skipped": {commits[i].ref: why for i, why in result.skipped.items()},
         "open": [{"lo": lo, "hi": hi, "why": why} for lo, hi, why in result.open_ranges],
-        "wall_s": wall_s,
-        "comparison_wall_s": list(comparison_wall_s),
-        "command": command,
+        "wall_s": context.wall_s,
+        "comparison_wall_s": list(context.comparison_wall_s),
+        "command": context.command,
     }
 
 
@@ -248,25 +253,12 @@ def write_outputs(
     out: Path,
     commits: Sequence[Commit],
     result: Result,
-    *,
-    tracked: dict[str, Any] | None,
-    plan: Plan,
-    wall_s: float,
-    comparison_wall_s: Sequence[float],
-    command: str,
+    context: Context,
     repo: Path | None = ROOT,
 ) -> dict[str, Any]:
     """Write the three files; returns the document. `bisect.json` is written last. `repo`:
     where a culprit's message and diff stat are read (None: its subject only)."""
-    doc = document(
-        commits,
-        result,
-        tracked=tracked,
-        plan=plan,
-        wall_s=wall_s,
-        comparison_wall_s=comparison_wall_s,
-        command=command,
-    )
+    doc = document(commits, result, context)
     markdown = summary(doc, repo)
     _write(out / "summary.md", markdown)
     _write(out / "index.html", page(doc, markdown))

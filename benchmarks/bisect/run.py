@@ -44,7 +44,7 @@ from benchmarks.ab.plan import DEFAULT_MATRIX, MAX_S, MIN_PAIRS, parse_plan
 from benchmarks.ab.run import ab
 from benchmarks.ab.sides import PIP_VAR, ABError, Worktrees
 from benchmarks.bisect.commits import Commit, first_parent_range, release_range
-from benchmarks.bisect.output import write_outputs
+from benchmarks.bisect.output import Context, write_outputs
 from benchmarks.harness.errors import PhasebenchError
 from reports.analysis.bisection import (
     BISECT_PROCESS_CV,
@@ -317,16 +317,7 @@ def _finish(
 ) -> int:
     wall = time.perf_counter() - started
     command = shlex.join(["nox", "-s", "bisect", "--", *opts.argv])
-    write_outputs(
-        opts.out,
-        commits,
-        result,
-        tracked=tracked,
-        plan=opts.plan,
-        wall_s=wall,
-        comparison_wall_s=wall_s,
-        command=command,
-    )
+    write_outputs(opts.out, commits, result, Context(tracked, opts.plan, wall, wall_s, command))
     names = ", ".join(f"{commits[c.index].short} ({c.explained:.0%})" for c in result.culprits)
     line = f"{result.verdict.upper()}: {result.reason}"
     if names:

@@ -11,7 +11,7 @@ import pytest
 
 from benchmarks.ab.sides import ABError
 from benchmarks.bisect.commits import Commit
-from benchmarks.bisect.output import levels, picture, write_outputs
+from benchmarks.bisect.output import Context, levels, picture, write_outputs
 from benchmarks.bisect.run import _nothing_to_search, parse, selector, tracked_timing
 from reports.analysis.bisection import Estimate, Plan, bisect
 
@@ -28,11 +28,9 @@ def exact(levels_: list[float]):
 
 def test_the_document_names_the_culprit_with_its_interval_and_steps(tmp_path: Path):
     result = bisect(8, exact([0.0] * 5 + [math.log(1.3)] * 4))
-    doc = write_outputs(
-        tmp_path, COMMITS, result, tracked={"fullname": "m::t[x]", "metric": "decode_step_s",
-        "ratio": 1.31}, plan=Plan(), wall_s=60.0, comparison_wall_s=[5.0], command="nox",
-        repo=None,
-    )  # fmt: skip
+    tracked = {"fullname": "m::t[x]", "metric": "decode_step_s", "ratio": 1.31}
+    context = Context(tracked, Plan(), 60.0, [5.0], "nox")
+    doc = write_outputs(tmp_path, COMMITS, result, context, repo=None)
     on_disk = json.loads((tmp_path / "bisect.json").read_text(encoding="utf-8"))
     assert on_disk == doc
     assert doc["schema"] == 1
@@ -58,10 +56,7 @@ def test_the_document_names_the_culprit_with_its_interval_and_steps(tmp_path: Pa
 
 def test_a_release_is_named_by_its_pin_and_its_index_page(tmp_path: Path):
     result = bisect(4, exact([0.0, 0.0, 0.2, 0.2, 0.2]))
-    doc = write_outputs(
-        tmp_path, RELEASES, result, tracked=None, plan=Plan(), wall_s=1.0,
-        comparison_wall_s=[], command="nox",
-    )  # fmt: skip
+    doc = write_outputs(tmp_path, RELEASES, result, Context(None, Plan(), 1.0, [], "nox"))
     assert doc["culprits"][0]["ref"] == "pkg==1.2"
     assert doc["culprits"][0]["parent"] == "pkg==1.1"
     summary = (tmp_path / "summary.md").read_text(encoding="utf-8")
