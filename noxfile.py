@@ -249,7 +249,10 @@ def _run_matrix(session: nox.Session, matrix: str, history: str, out: str, *extr
     if not Path(history).is_dir():
         session.log(f"no history was written to {history}: nothing ran, nothing to report")
     elif _probe(session, "__import__('importlib.util').util.find_spec('reports.__main__')"):
-        session.run("python", "-m", "reports", "render", "--history", history, "--out", out)
+        session.run(
+            "python", "-m", "reports", "render", "--history", history, "--out", out,
+            "--matrix", matrix,
+        )  # fmt: skip
         session.log(f"report: {out}/index.html  summary: {out}/summary.md")
     else:
         session.log("reports is not importable here: the results table above is the report")

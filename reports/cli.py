@@ -117,6 +117,7 @@ def build_from_args(args: argparse.Namespace) -> Report:
         suspect_current=suspects,
         extra_skipped=extra_skipped,
         artifact_url=args.artifact_url,
+        matrix=args.matrix or "",
     )
 
 
@@ -258,6 +259,11 @@ def _add_common(p: argparse.ArgumentParser) -> None:
         help="history directory or file (repeatable; directories are read recursively)",
     )
     p.add_argument("--base-branch", default="main", help="branch whose runs form the baseline")
+    p.add_argument(
+        "--matrix",
+        metavar="FILE",
+        help="the matrix the current run ran: a failed timing's bisect command names it",
+    )
     p.add_argument(
         "--merge-base",
         metavar="SHA",

@@ -6,10 +6,12 @@ every point with `index`, `ref` (the full SHA, or `name==version` for a release)
 tree), `subject`), `judged` (`fullname`, `metric`, the scan's `ratio`; null when nothing
 failed), `settings` (`threshold`, `alpha`, `looks`, `alpha_each`), `culprits[]` (`ref`,
 `parent`, `subject`, `ratio`, `ci_low`, `ci_high`, `explained`: its share of good->bad on the
-log scale), `steps[]` (`lo`, `hi`, `purpose`, `reading`, and `pairs`, `ratio`, `ci_low`,
-`ci_high` of its looks pooled, and `looks[]` with the same of each), `skipped` (sha -> why),
-`open` (ranges left open, with why), `wall_s`, `comparison_wall_s`, `command`. Intervals are 95
-% two-sided.
+log scale), `profile` (the culprit that explains most against its parent, op by op: `parent`,
+`culprit`, `rows[]` with `op`, `parent_us`, `culprit_us`, `change_us`, calls per step, and the
+totals; or `error`; null when no culprit or `--no-profile`), `steps[]` (`lo`, `hi`, `purpose`,
+`reading`, and `pairs`, `ratio`, `ci_low`, `ci_high` of its looks pooled, and `looks[]` with the
+same of each), `skipped` (sha -> why), `open` (ranges left open, with why), `wall_s`,
+`comparison_wall_s`, `command`. Intervals are 95 % two-sided.
 
 `index.html` shows the same, with a picture: every commit the search measured, at its level
 against the good one (the paired ratios chained along the search), culprits in red.
@@ -28,6 +30,7 @@ from typing import Any
 
 from benchmarks.ab.sides import ROOT
 from benchmarks.bisect.commits import Commit, change_of
+from benchmarks.bisect.profile import markdown as profile_markdown
 from reports.analysis.bisection import Estimate, Plan, Result
 from reports.analysis.decision import interval
 
@@ -51,13 +54,15 @@ def _look(est: Estimate) -> dict[str, Any]:
 @dataclass(frozen=True)
 class Context:
     """What the search was of and how it ran: the timing followed (the scan's entry; None when
-    nothing was), the rule, the whole wall time, each comparison's, and the command."""
+    nothing was), the rule, the whole wall time, each comparison's, the command, and the
+    culprit's op-level profile (`profile.profile_pair`, or its `error`; None: not taken)."""
 
     tracked: dict[str, Any] | None
     plan: Plan
     wall_s: float
     comparison_wall_s: Sequence[float]
     command: str
+    profile: dict[str, Any] | None = None
 
 
 def document(commits: Sequence[Commit], result: Result, context: Context) -> dict[str, Any]:
@@ -119,6 +124,7 @@ def document(commits: Sequence[Commit], result: Result, context: Context) -> dic
         "wall_s": context.wall_s,
         "comparison_wall_s": list(context.comparison_wall_s),
         "command": context.command,
+        "profile": context.profile,
     }
 
 
@@ -208,6 +214,10 @@ def summary(doc: dict[str, Any], repo: Path | None = None) -> str:
             stat,
             "```",
         ]
+    found = doc.get("profile")
+    if found:
+        lines += ["", f"### What in `{_short(found['culprit'])}` costs", ""]
+        lines += [f"No profile: {found['error']}"] if "error" in found else profile_markdown(found)
     for sha, why in doc["skipped"].items():
         lines.append(f"- skipped `{_short(sha)}`: {why}")
     for o in doc["open"]:

@@ -41,10 +41,12 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.ab.plan import DEFAULT_MATRIX, MAX_S, MIN_PAIRS, parse_plan
+from benchmarks.ab.plan import Plan as ABPlan
 from benchmarks.ab.run import ab
 from benchmarks.ab.sides import PIP_VAR, ABError, Worktrees
 from benchmarks.bisect.commits import Commit, first_parent_range, release_range
 from benchmarks.bisect.output import Context, write_outputs
+from benchmarks.bisect.profile import profile_pair
 from benchmarks.harness.errors import PhasebenchError
 from reports.analysis.bisection import (
     BISECT_PROCESS_CV,
@@ -80,6 +82,7 @@ class Options:
     apparatus: str
     package: str | None
     tree: str
+    profile: bool
     process_cv: float
     ab_args: tuple[str, ...]
     argv: tuple[str, ...]
@@ -105,6 +108,11 @@ def parse(argv: Sequence[str]) -> Options:
     p.add_argument("--alpha", type=float, default=0.05, help="error budget of one culprit's path")
     p.add_argument("--looks", type=int, default=3, help="looks per undecided comparison (3)")
     p.add_argument("--apparatus", choices=("good", "bad"), default="bad")
+    p.add_argument(
+        "--no-profile",
+        action="store_true",
+        help="skip the op-level profile of the culprit and its parent (docs/bisect.md)",
+    )
     p.add_argument(
         "--process-cv",
         type=float,
@@ -138,16 +146,16 @@ def parse(argv: Sequence[str]) -> Options:
         args.apparatus,
         args.package,
         args.tree,
+        not args.no_profile,
         args.process_cv,
         tuple(rest),
         tuple(argv),
     )
 
 
-def _ab_run(
+def _ab_plan(
     opts: Options, base: Commit, head: Commit, *, out: Path, extra: Sequence[str], tree: Path
-) -> dict[str, Any]:
-    """One A/B run; its ab.json. ABError (a side that cannot be built or run) propagates."""
+) -> ABPlan:
     argv = [
         "--base", base.sha, "--head", head.sha, "--matrix", str(opts.matrix), "--out", str(out),
         "--threshold", str(opts.plan.threshold), *opts.ab_args, *extra,
@@ -155,7 +163,14 @@ def _ab_run(
     for side, point in (("base", base), ("head", head)):
         if point.pin:
             argv += [f"--{side}-env", f"{PIP_VAR}={point.pin}"]
-    code = ab(replace(parse_plan(argv), apparatus_tree=tree))
+    return replace(parse_plan(argv), apparatus_tree=tree)
+
+
+def _ab_run(
+    opts: Options, base: Commit, head: Commit, *, out: Path, extra: Sequence[str], tree: Path
+) -> dict[str, Any]:
+    """One A/B run; its ab.json. ABError (a side that cannot be built or run) propagates."""
+    code = ab(_ab_plan(opts, base, head, out=out, extra=extra, tree=tree))
     verdicts = out / "ab.json"
     if code == 2 or not verdicts.is_file():
         raise ABError(f"the A/B run in {out} stopped with exit {code}: see {out / 'logs'}")
@@ -233,6 +248,7 @@ class Steps:
         self.opts, self.commits, self.tracked, self.tree = opts, commits, tracked, tree
         self.count = 0
         self.wall_s: list[float] = []
+        self.planned = 2 + 2 * max(1, (len(commits) - 2).bit_length())  # one culprit's path
 
     def __call__(self, lo: int, hi: int, look: int) -> Estimate:
         self.count += 1
@@ -250,6 +266,12 @@ class Steps:
         except ABError as error:
             raise UnmeasurableError(_side_of(error, lo, hi), str(error)) from error
         self.wall_s.append(time.perf_counter() - started)
+        if self.count == 1:
+            each = self.wall_s[0]
+            _say(
+                f"a comparison took {each:.0f} s: about {self.planned * each / 60:.0f} min for "
+                "one culprit, more for an undecided comparison or a second culprit"
+            )
         found = [
             b
             for b in data.get("benchmarks", [])
@@ -303,7 +325,34 @@ def run(opts: Options) -> int:
             raise ABError(
                 f"the {'good' if broken.index == 0 else 'bad'} end cannot be measured: {broken.why}"
             ) from broken
-    return _finish(opts, commits, result, tracked=tracked, started=started, wall_s=steps.wall_s)
+        profiled = _profile(opts, commits, result, tracked, tree) if opts.profile else None
+    return _finish(
+        opts,
+        commits,
+        result,
+        tracked=tracked,
+        started=started,
+        wall_s=steps.wall_s,
+        profiled=profiled,
+    )
+
+
+def _profile(
+    opts: Options, commits: list[Commit], result: Result, tracked: dict[str, Any], tree: Path
+) -> dict[str, Any] | None:
+    """The op-level profile of the culprit that explains most, and its parent (`profile`)."""
+    if not result.culprits:
+        return None
+    top = max(result.culprits, key=lambda c: c.explained)
+    parent, culprit = commits[top.parent], commits[top.index]
+    _say(f"profiling {parent.short} and {culprit.short} op by op (torch.profiler, untimed)")
+    out = opts.out / "profile"
+    try:
+        plan = _ab_plan(opts, parent, culprit, out=out, extra=(), tree=tree)
+        found = profile_pair(plan, tree, str(tracked["fullname"]), out)
+    except ABError as error:
+        return {"parent": parent.ref, "culprit": culprit.ref, "error": str(error)}
+    return {"parent": parent.ref, "culprit": culprit.ref, **found}
 
 
 def _finish(
@@ -314,10 +363,12 @@ def _finish(
     tracked: dict[str, Any] | None,
     started: float,
     wall_s: list[float],
+    profiled: dict[str, Any] | None = None,
 ) -> int:
     wall = time.perf_counter() - started
     command = shlex.join(["nox", "-s", "bisect", "--", *opts.argv])
-    write_outputs(opts.out, commits, result, Context(tracked, opts.plan, wall, wall_s, command))
+    context = Context(tracked, opts.plan, wall, wall_s, command, profiled)
+    write_outputs(opts.out, commits, result, context)
     names = ", ".join(f"{commits[c.index].short} ({c.explained:.0%})" for c in result.culprits)
     line = f"{result.verdict.upper()}: {result.reason}"
     if names:

@@ -12,13 +12,12 @@ Deliberately not here: judging (`reports.ab`).
 from __future__ import annotations
 
 import math
-import shlex
 import statistics
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from reports.analysis.metrics import PRIMARY_BY_MEASUREMENT
+from reports.render.bisectcmd import bisect_commands
 from reports.render.html import STATIC, environment
 
 WIDTH, HEIGHT, PAD = 180, 24, 5
@@ -89,30 +88,27 @@ def _view(document: Mapping[str, Any]) -> dict[str, Any]:
         "notable": [b for b in ranked if b["verdict"] not in ("pass",)],
         "median_half_width": statistics.median(widths) if widths else None,
         "pairs_text": pairs_text(benchmarks),
-        "bisect": bisect_commands(document),
+        "bisect": ab_bisect_commands(document),
         "generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     }
 
 
-def bisect_commands(document: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(test id, the `nox -s bisect` command that finds which commit did it) for every failed
-    primary timing, when both sides are commits of one repository (docs/bisect.md)."""
+def ab_bisect_commands(document: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(test id, the `nox -s bisect` command) for every failed primary timing, when both sides
+    are commits of one repository (`bisectcmd`)."""
     context = document.get("context", {})
     sides = context.get("sides", {})
-    good = (sides.get("base") or {}).get("commit")
-    bad = (sides.get("head") or {}).get("commit")
-    if not good or not bad or good == bad:
-        return []  # the working tree, or one tree with two environments: no commits between
-    matrix = context.get("matrix")
-    out = []
-    for b in document.get("benchmarks", []):
-        if b.get("verdict") != "fail" or b.get("metric") not in PRIMARY_BY_MEASUREMENT.values():
-            continue
-        test = str(b["fullname"]).rpartition("::")[2]
-        command = ["nox", "-s", "bisect", "--", "--good", good[:12], "--bad", bad[:12]]
-        command += [*(["--matrix", str(matrix)] if matrix else []), "-k", test]
-        out.append((test, shlex.join([*command, "--metric", str(b["metric"])])))
-    return out
+    failed = [
+        (str(b["fullname"]), str(b.get("metric")))
+        for b in document.get("benchmarks", [])
+        if b.get("verdict") == "fail"
+    ]
+    return bisect_commands(
+        (sides.get("base") or {}).get("commit"),
+        (sides.get("head") or {}).get("commit"),
+        failed,
+        str(context.get("matrix") or ""),
+    )
 
 
 def pairs_text(benchmarks: Sequence[Mapping[str, Any]]) -> str:

@@ -55,6 +55,7 @@ from reports.analysis.trends import (
 )
 from reports.history.load import History, Run, SkippedFile
 from reports.history.selection import Comparison, Selection, StackChange, StackMark
+from reports.render.bisectcmd import bisect_commands
 from reports.render.engines import EngineTable, engine_tables
 from reports.render.headline import EarlierRun, Status, status
 from reports.render.quant import QuantTable, quant_tables
@@ -128,6 +129,14 @@ class MachineReport:
     serve: tuple[ServeTable, ...] = ()  # current run's serving cells: latency against rate
     engines: tuple[EngineTable, ...] = ()  # current run's torch and MLX cells side by side
     host_trends: tuple[Trend, ...] = ()  # the host probes' levels per run: the machine's trend
+    baseline_commit: str = ""  # the newest baseline run's: a bisection's good end
+
+    def bisect(self, matrix: str = "") -> list[tuple[str, str]]:
+        """(test id, `nox -s bisect` command) for each failed primary timing, from the newest
+        baseline commit to the current one (none for a dirty current tree)."""
+        bad = None if self.current.dirty else self.current.commit_id
+        failed = [(v.fullname, v.metric) for v in self.verdicts if v.verdict == "fail"]
+        return bisect_commands(self.baseline_commit, bad, failed, matrix)
 
     @property
     def lean_said(self) -> bool:
@@ -184,6 +193,7 @@ class Report:
     status_reason: str
     artifact_url: str = ""
     verdict_order: tuple[VerdictName, ...] = field(default=VERDICT_ORDER)
+    matrix: str = ""  # the matrix the current run ran (`--matrix`), for the bisect commands
 
     @property
     def verdicts(self) -> list[Verdict]:
@@ -256,6 +266,7 @@ def build_machine(
         steps=tuple(steps),
         decode_curves=tuple(decode_curves(comparison, max_points)),
         host_trends=tuple(host_trends(comparison, max_points)),
+        baseline_commit=comparison.baseline[-1].commit_id if comparison.baseline else "",
         kv_rows=tuple(kv_rows(current)),
         memory_rows=tuple(memory_rows(current)),
         roofline_rows=tuple(roofline_rows(current, verdicts)),
@@ -313,6 +324,7 @@ def build_report(
     extra_skipped: Sequence[SkippedFile] = (),
     artifact_url: str = "",
     max_points: int = 200,
+    matrix: str = "",
 ) -> Report:
     """Judge every comparison (Holm across all of them together) and assemble the report.
 
@@ -362,4 +374,5 @@ def build_report(
         status=state,
         status_reason=reason,
         artifact_url=artifact_url,
+        matrix=matrix,
     )

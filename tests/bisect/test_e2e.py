@@ -103,6 +103,11 @@ def test_the_commit_that_made_decode_slower_is_named_and_verified(held_out):
     assert "tiny-llama: six layers" in summary
     assert "matrix/models/tiny-llama.yaml" in summary  # the diff stat
     assert "<svg" in (out / "index.html").read_text(encoding="utf-8")
+    # what in the change costs: the op-level profile of the culprit and its parent
+    assert "error" not in doc["profile"], doc["profile"]
+    mm = next(r for r in doc["profile"]["rows"] if r["op"] == "aten::mm")
+    assert mm["culprit_calls"] > mm["parent_calls"]  # more layers, more matmuls per step
+    assert "What in" in summary
 
 
 @pytest.mark.slow

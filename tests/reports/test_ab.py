@@ -12,7 +12,7 @@ import pytest
 from reports import ab
 from reports.ab import ABConfig, judge, status_of
 from reports.history.runfile import BenchmarkResult
-from reports.render.ab import bisect_commands, render_html, render_summary, strip_points
+from reports.render.ab import ab_bisect_commands, render_html, render_summary, strip_points
 
 MACHINE = {"node": "n", "system": "Linux", "release": "6", "machine": "x86_64",
            "python_implementation": "CPython"}  # fmt: skip
@@ -258,7 +258,7 @@ def test_a_failed_timing_between_two_commits_says_how_to_bisect_it(tmp_path):
     (tmp_path / "context.json").write_text(json.dumps(context), encoding="utf-8")
     assert ab.main(["--out", str(tmp_path)]) == 1
     doc = json.loads((tmp_path / "ab.json").read_text(encoding="utf-8"))
-    [(test, command)] = bisect_commands(doc)
+    [(test, command)] = ab_bisect_commands(doc)
     failed = next(e for e in doc["benchmarks"] if e["verdict"] == "fail")
     assert test == failed["fullname"].rpartition("::")[2]
     assert command.startswith(f"nox -s bisect -- --good {'1' * 12} --bad {'2' * 12}")
@@ -268,4 +268,4 @@ def test_a_failed_timing_between_two_commits_says_how_to_bisect_it(tmp_path):
     assert "Which commit did it" in (tmp_path / "index.html").read_text(encoding="utf-8")
     # the working tree as head: no commits between, no command
     sides["head"]["commit"] = None
-    assert bisect_commands({**doc, "context": {**context, "sides": sides}}) == []
+    assert ab_bisect_commands({**doc, "context": {**context, "sides": sides}}) == []

@@ -320,3 +320,17 @@ def test_unreadable_baseline_override_is_bad_input_not_all_new(small, tmp_path, 
     files = sorted(small.rglob("*.json"))
     assert run_cli("gate", "--current", files[-1], "--baseline", bad) == 2
     assert "no --baseline file could be read" in capsys.readouterr().err
+
+
+def test_a_failed_timing_names_the_bisect_between_the_baseline_and_this_commit(small, tmp_path):
+    out = tmp_path / "out"
+    assert run_cli("render", "--history", small, "--out", out, "--matrix", "matrix/x.yaml") == 0
+    summary = (out / "summary.md").read_text(encoding="utf-8")
+    page = (out / "index.html").read_text(encoding="utf-8")
+    test = "test_decode[tiny-llama-cpu-float32-b1-p64-n8]"
+    found = re.search(r"`(nox -s bisect -- --good (\w+) --bad (\w+) [^`]*)`", summary)
+    assert found, summary
+    command, good, bad = found.groups()
+    assert good != bad
+    assert command.endswith(f"--matrix matrix/x.yaml -k '{test}' --metric decode_step_s")
+    assert command in html.unescape(page)

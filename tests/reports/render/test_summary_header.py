@@ -24,6 +24,9 @@ from reports.render.report import MachineReport, build_report
 FULLNAME = "benchmarks/test_decode.py::test_decode[tiny-llama-cpu-float32-b1-p128-n16]"
 SLOW = Verdict("m", FULLNAME, "decode_step_s", "timing", "inconclusive", 0.05, ratio=1.2)
 ODD = Verdict("m", FULLNAME, "decode_step_s", "timing", "inconclusive", 0.05, ratio=4.0)
+# Every machine below has one failed timing: the bisect bullet shows once a baseline commit is
+# known (a different commit from the current run's).
+FAILED = Verdict("m", FULLNAME, "decode_step_s", "timing", "fail", 0.05, ratio=1.3)
 
 # Each header bullet: the MachineReport fields that make it show, and how its line starts.
 BULLETS: dict[str, tuple[dict[str, object], str]] = {
@@ -54,7 +57,7 @@ BULLETS: dict[str, tuple[dict[str, object], str]] = {
         {"earlier": (EarlierRun("2026-12-01T12:00:00", "fail", 3),)},
         "- :repeat: **Pooled**",
     ),
-    "implausible": ({"verdicts": (ODD,)}, "- :mag: **Implausible changes**"),
+    "implausible": ({"verdicts": (ODD, FAILED)}, "- :mag: **Implausible changes**"),
     "accuracy": (
         {
             "accuracy_flags": (
@@ -72,6 +75,7 @@ BULLETS: dict[str, tuple[dict[str, object], str]] = {
         "- :balance_scale: **Consistency**",
     ),
     "removed": ({"removed": ("gone",)}, "- Not judged (no longer planned)"),
+    "bisect": ({"baseline_commit": "b" * 40}, "- :mag_right: **Which commit did it**"),
 }
 
 
@@ -82,7 +86,9 @@ def _render(bullets: tuple[str, ...], partial: bool, fallback: bool) -> str:
     for name in bullets:
         fields.update(BULLETS[name][0])
     machine = replace(
-        MachineReport("m", "machine", run, 5, "5 runs", 6, (), (), (), (), (), (), (), (), {}),
+        MachineReport(
+            "m", "machine", run, 5, "5 runs", 6, (FAILED,), (), (), (), (), (), (), (), {}
+        ),
         **fields,
     )
     empty = build_report(History({}, ()), Selection((), ()), AnalysisConfig())
