@@ -19,7 +19,6 @@ against the good one (the paired ratios chained along the search), culprits in r
 
 from __future__ import annotations
 
-import html
 import json
 import math
 import os
@@ -30,6 +29,7 @@ from typing import Any
 
 from benchmarks.ab.sides import ROOT
 from benchmarks.bisect.commits import Commit, change_of
+from benchmarks.bisect.page import page
 from benchmarks.bisect.profile import markdown as profile_markdown
 from reports.analysis.bisection import Estimate, Plan, Result
 from reports.analysis.decision import interval
@@ -177,6 +177,8 @@ def picture(doc: dict[str, Any]) -> str:
             f'y2="{y(math.exp(v + 2 * sd)):.1f}" stroke="{colour}"/>'
             f'<circle cx="{x(i):.1f}" cy="{y(math.exp(v)):.1f}" r="4" fill="{colour}">'
             f"<title>commit {i}: \u00d7{math.exp(v):.3f}</title></circle>"
+            f'<text x="{x(i):.1f}" y="{height - pad + 14}" font-size="10" '
+            f'text-anchor="middle">{i}</text>'
         )
     parts.append("</svg>")
     return "".join(parts)
@@ -239,19 +241,6 @@ def summary(doc: dict[str, Any], repo: Path | None = None) -> str:
     return "\n".join(lines)
 
 
-def page(doc: dict[str, Any], markdown: str) -> str:
-    """`index.html`: the picture above the summary (shown as preformatted text)."""
-    return (
-        "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
-        f"<title>phasebench bisect: {html.escape(doc['verdict'])}</title>"
-        "<style>body{font-family:system-ui,sans-serif;max-width:60em;margin:2em auto}"
-        "pre{white-space:pre-wrap;background:#f6f8fa;padding:1em}</style></head><body>"
-        f"<h1>phasebench bisect: {html.escape(doc['verdict'].upper())}</h1>"
-        f"<p>{html.escape(doc['reason'])}</p>{picture(doc) if doc['steps'] else ''}"
-        f"<pre>{html.escape(markdown)}</pre></body></html>"
-    )
-
-
 def _write(path: Path, text: str) -> None:
     # written whole, then renamed: a stopped run never leaves half a file
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -271,6 +260,7 @@ def write_outputs(
     doc = document(commits, result, context)
     markdown = summary(doc, repo)
     _write(out / "summary.md", markdown)
-    _write(out / "index.html", page(doc, markdown))
+    svg = picture(doc) if doc["steps"] else ""
+    _write(out / "index.html", page(f"phasebench bisect: {doc['verdict']}", svg, markdown))
     _write(out / "bisect.json", json.dumps(doc, indent=1))
     return doc
