@@ -15,6 +15,7 @@ import json
 import math
 import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -822,3 +823,53 @@ def test_the_scripts_are_stdlib_only():
     for path in (ROOT / ".github" / "scripts").glob("*.py"):
         tree_imports = re.findall(r"^(?:from|import) ([\w]+)", path.read_text(), re.MULTILINE)
         assert set(tree_imports) <= stdlib, (path.name, set(tree_imports) - stdlib)
+
+
+# --- bisect.yml ---------------------------------------------------------------------------------
+
+BISECT = workflow("bisect.yml")
+GOOD_SHA, BAD_SHA = "a" * 40, "b" * 40
+
+
+def test_the_bisect_runs_on_dispatch_only_on_the_ab_pool_with_a_read_token():
+    assert triggers(BISECT) == {"workflow_dispatch"}
+    assert set(jobs(BISECT)) == {"bisect-mps", "bisect-cuda"}
+    for job in jobs(BISECT).values():
+        assert job["permissions"] == {"contents": "read"}
+        assert "phasebench-ab" in job["runs-on"]
+        assert "phasebench-history" not in job["runs-on"]
+        names = [str(s.get("name", s.get("uses", ""))) for s in steps(job)]
+        checkout = next(i for i, n in enumerate(names) if n.startswith("actions/checkout"))
+        for prefix in ("Check the dispatch inputs", "Refuse a runner", "Start from an empty"):
+            assert names.index(step(job, prefix)["name"]) < checkout  # before any of its code
+        assert step(job, "actions/checkout")["with"]["fetch-depth"] == 0  # the whole range
+        run = step(job, "nox -s bisect")["run"]
+        assert 'python3 -m nox -s bisect -- --good "$GOOD" --bad "$BAD"' in run
+        assert 'case "$status" in 0|3|4) exit 0' in run  # an answer is not a failed job
+
+
+@pytest.mark.parametrize(
+    ("env", "ok"),
+    [
+        ({}, True),
+        ({"GOOD": "main"}, False),
+        ({"BAD": BAD_SHA[:12]}, False),
+        ({"TEST": "test_decode[x]; rm -rf /"}, False),
+        ({"TEST": "$(id)"}, False),
+        ({"MATRIX": "../etc/passwd"}, False),
+    ],
+)
+def test_the_bisect_inputs_are_checked_before_anything_runs(env, ok):
+    script = step(jobs(BISECT)["bisect-cuda"], "Check the dispatch inputs")["run"]
+    full = {
+        "PATH": "/usr/bin:/bin",
+        "GOOD": GOOD_SHA,
+        "BAD": BAD_SHA,
+        "TEST": "test_decode[tiny-llama-cpu-float32-b1-p16-n4]",
+        "MATRIX": "matrix/cuda.yaml",
+        **env,
+    }
+    done = subprocess.run(
+        ["bash", "-e", "-c", script], env=full, capture_output=True, text=True, check=False
+    )
+    assert (done.returncode == 0) is ok, done.stdout + done.stderr
