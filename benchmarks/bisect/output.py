@@ -10,8 +10,8 @@ log scale), `profile` (the culprit that explains most against its parent, op by 
 `culprit`, `rows[]` with `op`, `parent_us`, `culprit_us`, `change_us`, calls per step, and the
 totals; or `error`; null when no culprit or `--no-profile`), `steps[]` (`lo`, `hi`, `purpose`,
 `reading`, and `pairs`, `ratio`, `ci_low`, `ci_high` of its looks pooled, and `looks[]` with the
-same of each), `skipped` (sha -> why), `open` (ranges left open, with why), `wall_s`,
-`comparison_wall_s`, `command`. Intervals are 95 % two-sided.
+same of each), `skipped` (sha -> why), `open` (ranges left open, with why), `notes` (a back-up
+step), `wall_s`, `comparison_wall_s`, `command`. Intervals are 95 % two-sided.
 
 `index.html` shows the same, with a picture: every commit the search measured, at its level
 against the good one (the paired ratios chained along the search), culprits in red.
@@ -121,6 +121,7 @@ def document(commits: Sequence[Commit], result: Result, context: Context) -> dic
         ],
         "skipped": {commits[i].ref: why for i, why in result.skipped.items()},
         "open": [{"lo": lo, "hi": hi, "why": why} for lo, hi, why in result.open_ranges],
+        "notes": list(result.notes),
         "wall_s": context.wall_s,
         "comparison_wall_s": list(context.comparison_wall_s),
         "command": context.command,
@@ -224,6 +225,8 @@ def summary(doc: dict[str, Any], repo: Path | None = None) -> str:
         lines.append(f"- skipped `{_short(sha)}`: {why}")
     for o in doc["open"]:
         lines.append(f"- open: commits {o['lo']}..{o['hi']}: {o['why']}")
+    for note in doc.get("notes", []):
+        lines.append(f"- {note}")
     lines += [
         "",
         "| # | arms (commit index) | why | reading | ratio (95 %) | pairs |",

@@ -28,7 +28,10 @@ The search (`bisect`):
    neither moved after every look -> the move is spread over commits each below the threshold
    (or lost in the noise) and that range ends `inconclusive`.
 3. **Verify** a range of one commit (its parent lo, the candidate hi) with fresh pairs: it must
-   move again. Its share of the good->bad move is `explained` (log-ratio over log-ratio).
+   move again. Its share of the good->bad move is `explained` (log-ratio over log-ratio). One
+   that does not (after every look) **backs up a step**: the range it was narrowed from is
+   searched again from the second look on (twice the pairs); a candidate that fails after the
+   back-up too ends `inconclusive`, never named.
 4. A commit that cannot be built or run (`UnmeasurableError`) is skipped like `git bisect skip`:
    the nearest measurable commit to the middle is used instead; a range whose inner commits
    are all skipped ends `inconclusive` naming them.
@@ -39,12 +42,12 @@ stayed undecided may hold a smaller second culprit: the share is what rules it o
 `not-reproducible` when step 1 did not move; otherwise `inconclusive`, with what was found and
 what is open.
 
-Error budget: at most `looks` readings of `2 + 2 * ceil(log2 n)` comparisons lie on the path to
-one culprit (reproduce, two halves per level, verify); each is read at
-`alpha / (looks * (2 + 2 * ceil(log2 n)))`, so the chance that a wrong reading on that path
-names a wrong commit is at most `alpha` (Bonferroni over the path; a second culprit's path has
-its own budget). `tests/reports/analysis/test_bisection.py` checks the realised rates on
-simulated ranges with this host's paired noise.
+Error budget: at most `looks` readings of `2 + 2 * ceil(log2 n) + 3` comparisons lie on the path
+to one culprit (reproduce, two halves per level, verify, and a back-up's two halves and
+verification); each is read at `alpha / (looks * (5 + 2 * ceil(log2 n)))`, so the chance that a
+wrong reading on that path names a wrong commit is at most `alpha` (Bonferroni over the path; a
+second culprit's path has its own budget). `tests/reports/analysis/test_bisection.py` checks the
+realised rates on simulated ranges with this host's paired noise.
 
 Deliberately not here: running the comparisons (`benchmarks.bisect`), git, files.
 """
@@ -61,6 +64,7 @@ from reports.analysis.distributions import t_ppf
 from reports.analysis.paired import correlated_estimate
 
 Reading = Literal["moved", "flat", "undecided"]
+Purpose = Literal["reproduce", "split", "verify", "back-up"]
 Verdict = Literal["culprit", "not-reproducible", "inconclusive"]
 
 #: The culprits named must explain at least this share of the good->bad move together, or the
@@ -72,6 +76,8 @@ MIN_EXPLAINED = 0.75
 #: on this 2-core VM read x0.960 and x0.978 with intervals that excluded 1 (docs/bisect.md), so
 #: the pinned A/B default of 0 would let a process's own state pass for a commit's move.
 BISECT_PROCESS_CV = 0.02
+#: The readings a back-up step adds to a culprit's path: both halves again and the verification.
+BACK_UP_READINGS = 3
 #: The one-sided 95 % normal quantile the explained share is read with.
 EXPLAINED_Z = 1.645
 #: The level of a `flat` reading (module docstring).
@@ -129,7 +135,7 @@ class Plan:
     def alpha_each(self, commits: int) -> float:
         """The level each reading is taken at, for a range of `commits` commits (module doc)."""
         depth = math.ceil(math.log2(max(commits, 2)))
-        return self.alpha / (self.looks * (2 + 2 * depth))
+        return self.alpha / (self.looks * (2 + 2 * depth + BACK_UP_READINGS))
 
 
 def pooled(estimates: Sequence[Estimate]) -> Estimate:
@@ -163,7 +169,7 @@ class Step:
 
     lo: int
     hi: int
-    purpose: Literal["reproduce", "split", "verify"]
+    purpose: Purpose
     looks: tuple[Estimate, ...]
     reading: Reading
 
@@ -189,8 +195,9 @@ class Culprit:
 @dataclass
 class Result:
     """The search's outcome (module docstring): verdict, why, culprits, steps, the commits it
-    skipped (index -> why), the ranges it left open (lo, hi, why) and the halves beside a moved
-    one that it could not tell from the threshold (lo, hi)."""
+    skipped (index -> why), the ranges it left open (lo, hi, why), the halves beside a moved
+    one that it could not tell from the threshold (lo, hi), and what it did on the way that a
+    reader should know (a back-up step)."""
 
     verdict: Verdict
     reason: str
@@ -200,6 +207,7 @@ class Result:
     skipped: dict[int, str] = field(default_factory=dict)
     open_ranges: list[tuple[int, int, str]] = field(default_factory=list)
     undecided: list[tuple[int, int]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def total(self) -> Estimate | None:
@@ -216,14 +224,15 @@ class _Search:
         self.alpha = plan.alpha_each(commits)
         self.result = Result("inconclusive", "", self.alpha)
 
-    def compare(self, lo: int, hi: int, purpose: Literal["reproduce", "split", "verify"]) -> Step:
-        """Measure lo vs hi, look after look, until the reading is decided or the looks run out;
-        UnmeasurableError propagates (the caller skips the commit)."""
+    def compare(self, lo: int, hi: int, purpose: Purpose, first_look: int = 0) -> Step:
+        """Measure lo vs hi, look after look (from `first_look`: a back-up starts with more
+        pairs), until the reading is decided or the looks run out; UnmeasurableError propagates
+        (the caller skips the commit)."""
         if len(self.result.steps) >= MAX_COMPARISONS:
             raise _ExhaustedError
         looks: list[Estimate] = []
         reading: Reading = "undecided"
-        for look in range(self.plan.looks):
+        for look in range(first_look, first_look + self.plan.looks):
             looks.append(self.measure(lo, hi, look))
             reading = read(pooled(looks), self.plan.threshold, self.alpha)
             if reading != "undecided":
@@ -238,11 +247,24 @@ class _Search:
         centre = (lo + hi) / 2
         return min(inner, key=lambda i: (abs(i - centre), i)) if inner else None
 
-    def search(self, lo: int, hi: int, total: Estimate) -> None:
-        """Find the culprits of the range (lo, hi), known to have moved."""
+    def search(self, lo: int, hi: int, total: Estimate, backing: bool = False) -> None:
+        """Find the culprits of the range (lo, hi), known to have moved. `backing`: this is the
+        one step backed up to after a candidate did not move again (more pairs, no second
+        back-up)."""
+        before: tuple[int, int] | None = None  # the range this one was narrowed from
+        split: Purpose = "back-up" if backing else "split"
+        first = 1 if backing else 0
         while True:
             if hi - lo == 1:
-                self.verify(lo, hi, total)
+                why = self.verify(lo, hi, total)
+                if why and before is not None and not backing:
+                    self.result.notes.append(
+                        f"commit {hi} did not move again on fresh pairs ({why}): backed up "
+                        f"to commits {before[0]}..{before[1]} with more pairs"
+                    )
+                    self.search(*before, total, backing=True)
+                elif why:
+                    self.open(lo, hi, f"the candidate did not move again on fresh pairs ({why})")
                 return
             mid = self.middle(lo, hi)
             if mid is None:
@@ -250,8 +272,8 @@ class _Search:
                 self.open(lo, hi, f"the change lies among skipped commits {names}")
                 return
             try:
-                left = self.compare(lo, mid, "split")
-                right = self.compare(mid, hi, "split")
+                left = self.compare(lo, mid, split, first)
+                right = self.compare(mid, hi, split, first)
             except UnmeasurableError as broken:
                 if broken.index in (lo, hi) or broken.index in self.result.skipped:
                     # measured before: a failure now is the commit's flakiness, not a skip
@@ -275,28 +297,28 @@ class _Search:
             # culprit: the verdict then rests on what the named commits explain
             self.result.undecided += [span for span, s in halves if s.reading == "undecided"]
             for a, b in moved[1:]:
-                self.search(a, b, total)
+                self.search(a, b, total, backing)
+            before = (lo, hi)
             lo, hi = moved[0]
 
-    def verify(self, parent: int, index: int, total: Estimate) -> None:
-        """Fresh pairs of the candidate against its parent; it must move again."""
+    def verify(self, parent: int, index: int, total: Estimate) -> str:
+        """Fresh pairs of the candidate against its parent; it must move again. "" when it did
+        (the culprit is recorded), else why not."""
         try:
             step = self.compare(parent, index, "verify")
         except UnmeasurableError as broken:
-            self.open(parent, index, f"commit {broken.index} failed this time: {broken.why}")
-            return
+            return f"commit {broken.index} failed this time: {broken.why}"
         if step.reading != "moved":
-            self.open(
-                parent, index, f"the candidate did not move again on fresh pairs ({step.reading})"
-            )
-            return
+            return step.reading
         # every reading of this very pair (the split that found it, the verification) together
         seen = [s.estimate for s in self.result.steps if (s.lo, s.hi) == (parent, index)]
         both = pooled(seen)
         share = both.log_ratio / total.log_ratio
         # the share's error by the delta method (a ratio of two independent estimates)
         share_se = math.sqrt(both.se**2 + share**2 * total.se**2) / total.log_ratio
-        self.result.culprits.append(Culprit(index, parent, both, share, share_se))
+        if all(c.index != index for c in self.result.culprits):  # a back-up may verify it again
+            self.result.culprits.append(Culprit(index, parent, both, share, share_se))
+        return ""
 
     def open(self, lo: int, hi: int, why: str) -> None:
         self.result.open_ranges.append((lo, hi, why))
@@ -347,6 +369,6 @@ def bisect(commits: int, measure: Measure, plan: Plan | None = None) -> Result:
     else:
         found = f"{len(result.culprits)} verified; " if result.culprits else ""
         result.reason = found + "; ".join(
-            f"commits {lo}..{hi}: {why}" for lo, hi, why in result.open_ranges
+            [f"commits {lo}..{hi}: {why}" for lo, hi, why in result.open_ranges] + result.notes
         )
     return result

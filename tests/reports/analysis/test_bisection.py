@@ -125,7 +125,7 @@ def test_a_culprit_among_skipped_commits_is_a_range_not_a_guess():
     assert "skipped commits 1, 2, 3" in result.reason
 
 
-def test_a_candidate_that_does_not_move_again_is_not_named():
+def test_a_candidate_that_does_not_move_again_backs_up_a_step_and_is_never_named():
     levels = step_at(4, 3)
 
     class Flaky(Exact):
@@ -134,10 +134,32 @@ def test_a_candidate_that_does_not_move_again_is_not_named():
             verifying = (lo, hi) == (2, 3) and sum(c[:2] == (2, 3) for c in self.calls) > 1
             return Estimate(0.0, self.se, 200.0, 200) if verifying else est
 
-    result = bisect(4, Flaky(levels))
+    measure = Flaky(levels)
+    result = bisect(4, measure)
     assert result.verdict == "inconclusive"
     assert result.culprits == []
     assert "did not move again" in result.reason
+    assert "backed up to commits 2..4" in result.reason
+    backed = [s for s in result.steps if s.purpose == "back-up"]
+    assert {(s.lo, s.hi) for s in backed} == {(2, 3), (3, 4)}
+    assert [c[2] for c in measure.calls[-2:]] == [1, 1]  # the back-up starts with more pairs
+
+
+def test_a_back_up_step_can_still_verify_the_culprit():
+    levels = step_at(4, 3)
+
+    class Once(Exact):
+        """The first verification reads nothing (a stall of the host); later ones are right."""
+
+        def __call__(self, lo: int, hi: int, look: int) -> Estimate:
+            est = super().__call__(lo, hi, look)
+            pair_calls = sum(c[:2] == (2, 3) for c in self.calls)
+            return Estimate(0.0, self.se, 200.0, 200) if pair_calls == 2 else est
+
+    result = bisect(4, Once(levels))
+    assert result.verdict == "culprit", result.reason
+    assert [c.index for c in result.culprits] == [3]
+    assert any(s.purpose == "back-up" for s in result.steps)
 
 
 def test_two_culprits_in_both_halves_each_get_their_share():
