@@ -37,6 +37,11 @@ from reports.analysis.decision import interval
 SCHEMA = 1
 
 
+def _points(doc: dict[str, Any]) -> str:
+    """What the range is made of: releases of a package, or commits."""
+    return "releases" if "==" in str(doc["range"]["good"]) else "first-parent commits"
+
+
 def _short(ref: str) -> str:
     """A SHA's first 12 characters; a release's pin whole."""
     return ref if "==" in ref else ref[:12]
@@ -195,7 +200,7 @@ def summary(doc: dict[str, Any], repo: Path | None = None) -> str:
         f"{doc['reason']}.",
         "",
         f"Range: `{_short(doc['range']['good'])}`..`{_short(doc['range']['bad'])}` "
-        f"({len(doc['range']['commits']) - 1} first-parent commits); judged: {what}; "
+        f"({len(doc['range']['commits']) - 1} {_points(doc)} after the good one); judged: {what}; "
         f"threshold {doc['settings']['threshold']:.0%}, each reading at level "
         f"{doc['settings']['alpha_each']:.2g}; {doc['wall_s'] / 60:.1f} min.",
     ]

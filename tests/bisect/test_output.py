@@ -61,6 +61,7 @@ def test_a_release_is_named_by_its_pin_and_its_index_page(tmp_path: Path):
     assert doc["culprits"][0]["parent"] == "pkg==1.1"
     summary = (tmp_path / "summary.md").read_text(encoding="utf-8")
     assert "https://pypi.org/project/pkg/1.2/" in summary
+    assert "(4 releases after the good one)" in summary
     assert "`pkg==1.2`" in summary
 
 
