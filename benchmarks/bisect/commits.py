@@ -57,9 +57,11 @@ def first_parent_range(good: str, bad: str, repo: Path = ROOT) -> list[Commit]:
         raise ABError(f"--good {good} and --bad {bad} are the same commit: nothing to search")
     line = _git(["rev-list", "--first-parent", bad_sha], repo).split()
     if good_sha not in line:
+        shallow = _git(["rev-parse", "--is-shallow-repository"], repo).strip() == "true"
+        hint = " (this clone is shallow: `git fetch --unshallow` first)" if shallow else ""
         raise ABError(
-            f"--good {good} ({good_sha[:12]}) is not on the first-parent line of --bad {bad}: "
-            "pass a commit that main (or bad's branch) went through, e.g. a merge base"
+            f"--good {good} ({good_sha[:12]}) is not on the first-parent line of --bad {bad}"
+            f"{hint}: pass a commit that main (or bad's branch) went through, e.g. a merge base"
         )
     shas = [good_sha, *reversed(line[: line.index(good_sha)])]
     return [Commit(sha, subject_of(sha, repo)) for sha in shas]

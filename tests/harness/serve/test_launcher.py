@@ -84,9 +84,12 @@ def test_a_server_killed_mid_run_gives_error_rows_and_stop_still_cleans_up(tmp_p
 
 _PARENT = textwrap.dedent(
     """
-    import json, sys, time
+    import json, signal, sys, time
     from pathlib import Path
     from benchmarks.harness.serve.launcher import Server, fake_command
+    # Ctrl-C as a terminal delivers it, even where this test runs under a non-interactive
+    # shell's background job, which starts its children with SIGINT ignored
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     with Server(fake_command(), Path(sys.argv[1]), ready_timeout_s=30) as server:
         print(json.dumps(list(server.pids)), flush=True)
         time.sleep(120)
