@@ -370,23 +370,19 @@ def bisect(session: nox.Session) -> None:
     reproducible.
     """
     _install(session, "bench", "report", "mlx")
-    try:
-        session.run("python", "-m", "benchmarks.bisect", *session.posargs)
-    except CommandFailed as error:
-        code = _exit_code(error)
-        raise SystemExit(code if code in (2, 3, 4) else 2) from None
+    _run_verdict(session, "python", "-m", "benchmarks.bisect", *session.posargs, codes=(2, 3, 4))
 
 
-def _run_verdict(session: nox.Session, *args: str) -> None:
-    """Run a judging command and leave nox with its exit code: 1 regression, 2 cannot judge,
-    3 inconclusive (nothing could be decided: a busy or too noisy machine)."""
+def _run_verdict(session: nox.Session, *args: str, codes: tuple[int, ...] = (1, 2, 3)) -> None:
+    """Run a judging command and leave nox with its exit code when it is one of `codes` (the
+    gate's: 1 regression, 2 cannot judge, 3 inconclusive), else 2."""
     try:
         session.run(*args)
     except CommandFailed as error:
         # nox reports every failure as exit 1, which would make "cannot judge" (a pip or
         # network failure, bad input) read as a regression that a label could accept.
         code = _exit_code(error)
-        raise SystemExit(code if code in (1, 2, 3) else 2) from None
+        raise SystemExit(code if code in codes else 2) from None
 
 
 @nox.session(venv_params=SYSTEM_SITE)

@@ -108,7 +108,7 @@ def build_side(name: str, ref: str | None, tree: Path, commit: str | None, plan:
     try:
         python = environment(spec, EnvSpec.of(ROOT, {}), plan.out / "logs" / f"env-{name}.log")
     except ABError as error:  # which side could not be built (a bisection skips that commit)
-        raise ABError(f"{name} side: {error}") from error
+        raise ABError(f"{name} side: {error}", side=name) from error
     label = "working tree" if ref is None else ref
     where = commit[:12] if commit else "uncommitted changes included"
     _say(f"{name}: {label} ({where}), python {python}")
@@ -313,7 +313,8 @@ def ab(plan: Plan) -> int:
             if codes[side.name] not in _USABLE or not (plan.out / f"{side.name}.json").is_file():
                 raise ABError(
                     f"{side.name} side: pytest exit {codes[side.name]} measured nothing usable: "
-                    f"{_last_error(log)} (log {log})"
+                    f"{_last_error(log)} (log {log})",
+                    side=side.name,
                 )
     context = {
         "matrix": str(plan.matrix),

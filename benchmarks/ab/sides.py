@@ -53,7 +53,12 @@ _DONE = "phasebench-spec.json"  # written last: an environment without it is reb
 
 
 class ABError(PhasebenchError):
-    """A/B input or setup is invalid: an unknown ref, a side that cannot be built, ..."""
+    """A/B input or setup is invalid: an unknown ref, a side that cannot be built, ...; `side`
+    names the side it is about ("base"/"head"; None: the run as a whole)."""
+
+    def __init__(self, message: str, side: str | None = None) -> None:
+        super().__init__(message)
+        self.side = side
 
 
 def parse_assignments(items: Sequence[str], option: str) -> dict[str, str]:
@@ -69,13 +74,14 @@ def parse_assignments(items: Sequence[str], option: str) -> dict[str, str]:
     return out
 
 
-def _git(args: Sequence[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+def git(args: Sequence[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`git ARGS` in `cwd`, output captured, never raising on its exit code."""
     return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
 
 
 def resolve_ref(ref: str, repo: Path = ROOT) -> str:
     """The commit `ref` names in `repo`; ABError (one line) when git does not know it."""
-    done = _git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], repo)
+    done = git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], repo)
     if done.returncode != 0 or not done.stdout.strip():
         raise ABError(
             f"--base/--head {ref!r} is not a commit of {repo}: pass a branch, tag or SHA that "
@@ -94,7 +100,7 @@ class Worktrees:
     def add(self, commit: str) -> Path:
         """Check `commit` out (detached) into a new temporary directory; return it."""
         where = Path(tempfile.mkdtemp(prefix=f"phasebench-ab-{commit[:10]}-"))
-        done = _git(["worktree", "add", "--detach", str(where), commit], self.repo)
+        done = git(["worktree", "add", "--detach", str(where), commit], self.repo)
         if done.returncode != 0:
             shutil.rmtree(where, ignore_errors=True)
             raise ABError(f"git worktree add {commit[:12]} failed: {done.stderr.strip()}")
@@ -104,10 +110,10 @@ class Worktrees:
     def close(self) -> None:
         """Remove every worktree this object made."""
         for where in self.made:
-            _git(["worktree", "remove", "--force", str(where)], self.repo)
+            git(["worktree", "remove", "--force", str(where)], self.repo)
             shutil.rmtree(where, ignore_errors=True)
         self.made.clear()
-        _git(["worktree", "prune"], self.repo)
+        git(["worktree", "prune"], self.repo)
 
     def __enter__(self) -> Worktrees:
         return self

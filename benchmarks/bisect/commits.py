@@ -20,7 +20,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from benchmarks.ab.sides import ROOT, ABError, resolve_ref
+from benchmarks.ab.sides import ROOT, ABError, git, resolve_ref
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class Commit:
 
 
 def _git(args: list[str], repo: Path) -> str:
-    done = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=False)
+    done = git(args, repo)
     if done.returncode != 0:
         raise ABError(f"git {' '.join(args)} failed: {done.stderr.strip()}")
     return done.stdout

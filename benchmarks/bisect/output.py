@@ -9,9 +9,10 @@ failed), `settings` (`threshold`, `alpha`, `looks`, `alpha_each`), `culprits[]` 
 log scale), `profile` (the culprit that explains most against its parent, op by op: `parent`,
 `culprit`, `rows[]` with `op`, `parent_us`, `culprit_us`, `change_us`, calls per step, and the
 totals; or `error`; null when no culprit or `--no-profile`), `steps[]` (`lo`, `hi`, `purpose`,
-`reading`, and `pairs`, `ratio`, `ci_low`, `ci_high` of its looks pooled, and `looks[]` with the
-same of each), `skipped` (sha -> why), `open` (ranges left open, with why), `notes` (a back-up
-step), `wall_s`, `comparison_wall_s`, `command`. Intervals are 95 % two-sided.
+`reading`, and `pairs`, `ratio`, `ci_low`, `ci_high`, `log_se` (the log-ratio's standard error)
+of its looks pooled, and `looks[]` with the same of each), `skipped` (sha -> why), `open`
+(ranges left open, with why), `notes` (a back-up step), `wall_s`, `comparison_wall_s`,
+`command`. Intervals are 95 % two-sided.
 
 `index.html` shows the same, with a picture: every commit the search measured, at its level
 against the good one (the paired ratios chained along the search), culprits in red.
@@ -53,7 +54,13 @@ def _interval(est: Estimate) -> tuple[float, float]:
 
 def _look(est: Estimate) -> dict[str, Any]:
     low, high = _interval(est)
-    return {"pairs": est.pairs, "ratio": est.ratio, "ci_low": low, "ci_high": high}
+    return {
+        "pairs": est.pairs,
+        "ratio": est.ratio,
+        "ci_low": low,
+        "ci_high": high,
+        "log_se": est.se,
+    }
 
 
 @dataclass(frozen=True)
@@ -139,12 +146,9 @@ def levels(doc: dict[str, Any]) -> dict[int, tuple[float, float]]:
     paired estimates in the order the search made them (a level from its first reading)."""
     out: dict[int, tuple[float, float]] = {0: (0.0, 0.0)}
     for step in doc["steps"]:
-        last = step
         lo, hi = step["lo"], step["hi"]
         if lo in out and hi not in out:
-            log = math.log(last["ratio"])
-            var = ((math.log(last["ci_high"]) - math.log(last["ci_low"])) / 3.92) ** 2
-            out[hi] = (out[lo][0] + log, out[lo][1] + var)
+            out[hi] = (out[lo][0] + math.log(step["ratio"]), out[lo][1] + step["log_se"] ** 2)
     return out
 
 
@@ -238,11 +242,10 @@ def summary(doc: dict[str, Any], repo: Path | None = None) -> str:
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for i, s in enumerate(doc["steps"], 1):
-        last = s
         pairs = " + ".join(str(look["pairs"]) for look in s["looks"])
         lines.append(
             f"| {i} | {s['lo']} vs {s['hi']} | {s['purpose']} | {s['reading']} | "
-            f"\u00d7{last['ratio']:.3f} ({last['ci_low']:.3f} \u2026 {last['ci_high']:.3f}) "
+            f"\u00d7{s['ratio']:.3f} ({s['ci_low']:.3f} \u2026 {s['ci_high']:.3f}) "
             f"| {pairs} |"
         )
     lines += ["", f"Rerun: `{doc['command']}`", ""]

@@ -56,6 +56,8 @@ from reports.analysis.bisection import (
     UnmeasurableError,
     bisect,
     estimate_from_pairs,
+    levels_of,
+    path_comparisons,
 )
 from reports.analysis.metrics import PRIMARY_BY_MEASUREMENT
 from reports.analysis.paired import MIN_PAIRS as PAIRED_MIN
@@ -178,12 +180,6 @@ def _ab_run(
     return data
 
 
-def _side_of(error: ABError, lo: int, hi: int) -> int:
-    """Which commit an A/B error is about (its message names the side), else the head's."""
-    text = str(error)
-    return lo if text.startswith("base side") else hi
-
-
 def _suspect(b: dict[str, Any], threshold: float) -> bool:
     """Failed, or undecided with its estimate beyond the threshold: the scan stops at A/B's
     precision (±1.5 %) and level, the search's reproduction looks again with more runs. An
@@ -248,7 +244,7 @@ class Steps:
         self.opts, self.commits, self.tracked, self.tree = opts, commits, tracked, tree
         self.count = 0
         self.wall_s: list[float] = []
-        self.planned = 2 + 2 * max(1, (len(commits) - 2).bit_length())  # one culprit's path
+        self.planned = path_comparisons(len(commits) - 1)
 
     def __call__(self, lo: int, hi: int, look: int) -> Estimate:
         self.count += 1
@@ -264,7 +260,8 @@ class Steps:
         try:
             data = _ab_run(self.opts, base, head, out=out, extra=extra, tree=self.tree)
         except ABError as error:
-            raise UnmeasurableError(_side_of(error, lo, hi), str(error)) from error
+            # an error of the run as a whole (no side) is taken as the head's: the newer commit
+            raise UnmeasurableError(lo if error.side == "base" else hi, str(error)) from error
         self.wall_s.append(time.perf_counter() - started)
         if self.count == 1:
             each = self.wall_s[0]
@@ -313,10 +310,9 @@ def run(opts: Options) -> int:
             f"searching {tracked['fullname']} {tracked['metric']} "
             f"(\u00d7{float(tracked['ratio']):.3f} in the scan)"
         )
-        depth = max(1, (n - 1).bit_length())
         _say(
-            f"about {2 + 2 * depth} comparisons of one cell for one culprit "
-            f"(reproduce, two halves at {depth} level(s), verify), more for an undecided one"
+            f"about {path_comparisons(n)} comparisons of one cell for one culprit (reproduce, "
+            f"two halves at {levels_of(n)} level(s), verify), more for an undecided one"
         )
         steps = Steps(opts, commits, tracked, tree)
         try:

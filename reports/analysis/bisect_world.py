@@ -35,6 +35,7 @@ from reports.analysis.bisection import (
     bisect,
     estimate_from_pairs,
 )
+from reports.analysis.worlds import draw
 
 #: Pairs of a comparison's first look (the driver's A/B minimum); each look doubles them.
 BASE_PAIRS = 40
@@ -64,14 +65,6 @@ class Outcome:
     pairs: int
 
 
-def _t(rng: random.Random, df: float) -> float:
-    if math.isinf(df):
-        return rng.gauss(0.0, 1.0)
-    chi2 = sum(rng.gauss(0.0, 1.0) ** 2 for _ in range(int(df)))
-    # scaled to unit variance, so pair_cv is the pairs' spread whatever the tail
-    return rng.gauss(0.0, 1.0) / math.sqrt(chi2 / df) * math.sqrt((df - 2) / df)
-
-
 def simulate(rng: random.Random, world: RangeWorld, plan: Plan | None = None) -> Outcome:
     """One search over a freshly drawn range."""
     truth = frozenset(rng.sample(range(1, world.commits + 1), world.culprits))
@@ -92,7 +85,9 @@ def simulate(rng: random.Random, world: RangeWorld, plan: Plan | None = None) ->
         offset = rng.gauss(0.0, world.process_cv)
         e, diffs = 0.0, []
         for _ in range(n):
-            e = world.rho * e + math.sqrt(1 - world.rho**2) * world.pair_cv * _t(rng, world.tail_df)
+            e = world.rho * e + math.sqrt(1 - world.rho**2) * draw(
+                rng, world.pair_cv, world.tail_df
+            )
             diffs.append(level[hi] - level[lo] + offset + e)
         return estimate_from_pairs(diffs, process_cv=BISECT_PROCESS_CV)
 

@@ -134,8 +134,18 @@ class Plan:
 
     def alpha_each(self, commits: int) -> float:
         """The level each reading is taken at, for a range of `commits` commits (module doc)."""
-        depth = math.ceil(math.log2(max(commits, 2)))
-        return self.alpha / (self.looks * (2 + 2 * depth + BACK_UP_READINGS))
+        return self.alpha / (self.looks * (path_comparisons(commits) + BACK_UP_READINGS))
+
+
+def levels_of(commits: int) -> int:
+    """How many times a range of `commits` commits is halved down to one: ceil(log2 n)."""
+    return max(1, (commits - 1).bit_length())
+
+
+def path_comparisons(commits: int) -> int:
+    """The comparisons on one culprit's path without a back-up: reproduce, two halves per
+    level, verify."""
+    return 2 + 2 * levels_of(commits)
 
 
 def pooled(estimates: Sequence[Estimate]) -> Estimate:
