@@ -121,6 +121,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="fields added to every serving request, e.g. '{\"ignore_eos\": true}' for vLLM",
     )
+    group.addoption(
+        "--serve-timeout-s",
+        metavar="S",
+        type=float,
+        default=None,
+        help="seconds one serving request may take (default: 120 s for the first request, "
+        "sent alone; then 10x its E2EL per wave of max_concurrency requests, at least 30 s)",
+    )
+    group.addoption(
+        "--serve-allow-errors",
+        metavar="FRACTION",
+        type=float,
+        default=0.0,
+        help="the share of a serving cell's requests that may fail without failing the cell "
+        "(default 0: any failed request fails it; for servers that shed load on purpose)",
+    )
     # H4 (issue 12): the skip itself is in benchmarks/suite/collect.py `_skip_reason`.
     group.addoption(
         "--allow-slow-dtypes",

@@ -163,6 +163,8 @@ def judge(
         metric = primary_metric(b)
         threshold = config.threshold_for(metric)
         diffs = tuple(log_ratios(b.rounds_s, h.rounds_s))
+        if higher_is_better(metric):  # a capacity cell's rate: a positive log-ratio is worse
+            diffs = tuple(-d for d in diffs)
         entry = ABEntry(
             fullname,
             metric,
@@ -200,6 +202,7 @@ def _series_entries(
                 pairs=len(diffs), base_value=statistics.median(b_series[name]),
                 head_value=statistics.median(h_series[name]), log_ratios=tuple(diffs))
         for name, diffs in paired_series(b_series, h_series, higher_is_better)
+        if name != primary_metric(base)  # the rounds themselves (`rounds_statistic`)
     ]  # fmt: skip
 
 

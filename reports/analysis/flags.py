@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 
 from reports.analysis.changepoints import theil_sen_line
 from reports.analysis.levels import common_rounds, location_at
-from reports.analysis.metrics import primary_metric
+from reports.analysis.metrics import higher_is_better, primary_metric
 from reports.analysis.probes import BUSY_SHARE
 from reports.analysis.series import Verdict
 from reports.history.load import Run
@@ -308,6 +308,8 @@ def comparison_drift(comparison: Comparison, threshold: float) -> list[DriftRow]
     runs = [*comparison.baseline, comparison.current]
     rows = []
     for fullname, bench in comparison.current.benchmarks.items():
+        if higher_is_better(primary_metric(bench)):
+            continue  # a rate's rounds (a capacity cell): not a timing that drifts
         present = [
             (r, b) for r in runs if (b := r.benchmarks.get(fullname)) is not None and b.rounds_s
         ]

@@ -80,7 +80,12 @@ def higher_is_better(metric: str) -> bool:
 
 
 def primary_metric(bench: BenchmarkResult) -> str:
-    """The name of the benchmark's own timing statistic (see the module docstring)."""
+    """The name of the benchmark's own timing statistic (see the module docstring); a record
+    that names its rounds' statistic (`rounds_statistic`, read into its rounds by `runfile`)
+    is judged under that name."""
+    named = bench.extra.get("rounds_statistic")
+    if isinstance(named, str) and named and isinstance(bench.extra.get("round_series"), dict):
+        return named
     measurement = bench.extra.get("measurement")
     key = measurement if isinstance(measurement, str) else bench.group
     return PRIMARY_BY_MEASUREMENT.get(key, "time_s")
@@ -88,11 +93,18 @@ def primary_metric(bench: BenchmarkResult) -> str:
 
 #: Byte counts judged exactly beside every `kv_*_bytes` (module docstring).
 EXACT_METRICS = frozenset(
-    {"weights_bytes", "weights_dense_bytes", "weights_analytic_bytes", "kv_quant_bytes_per_token"}
+    {
+        "weights_bytes",
+        "weights_dense_bytes",
+        "weights_analytic_bytes",
+        "kv_quant_bytes_per_token",
+        # A serving cell's failed requests (DESIGN §13): one more fails, as a byte more would.
+        "errors",
+    }
 )
 #: Every exact metric's name ends so: a cheap first test over extra_info, which also holds long
 #: per-step lists.
-EXACT_SUFFIXES = ("_bytes", "_bytes_per_token")
+EXACT_SUFFIXES = ("_bytes", "_bytes_per_token", "errors")
 ACCURACY_PREFIX = "accuracy_"
 
 
@@ -133,8 +145,10 @@ RATE_FLOOR = 1e-6
 def round_series(bench: BenchmarkResult) -> dict[str, tuple[float, ...]]:
     """Further per-round series a record carries (`extra_info.round_series`, e.g. a serving
     cell's TTFT p50/p90, TPOT p50 and goodput: each round one load pass), judged like the
-    primary timing's rounds. A rate's zero is `RATE_FLOOR`; a series with another value that is
-    not a positive number is left out (nothing to judge on the log scale)."""
+    primary timing's rounds. A rate's zero is `RATE_FLOOR`; a round without a figure (null: no
+    request of that pass completed, which fails the cell on its `errors` anyway) is left out of
+    its series; a series with another value that is not a positive number is left out (nothing
+    to judge on the log scale)."""
     raw = bench.extra.get("round_series")
     out: dict[str, tuple[float, ...]] = {}
     if not isinstance(raw, dict):
@@ -142,7 +156,9 @@ def round_series(bench: BenchmarkResult) -> dict[str, tuple[float, ...]]:
     for name, values in raw.items():
         if not isinstance(values, list) or not values:
             continue
-        numbers = [_number(v) for v in values]
+        numbers = [_number(v) for v in values if v is not None]
+        if not numbers:
+            continue
         if higher_is_better(str(name)):
             numbers = [RATE_FLOOR if v is not None and v <= 0 else v for v in numbers]
         if all(v is not None and v > 0 and math.isfinite(v) for v in numbers):
@@ -187,6 +203,8 @@ def exact_values(bench: BenchmarkResult) -> dict[str, float]:
 def _log_location(bench: BenchmarkResult | None, rounds: int) -> float | None:
     if bench is None or not bench.rounds_s or min(bench.rounds_s) <= 0:
         return None
+    if higher_is_better(primary_metric(bench)):
+        return None  # a rate (a capacity cell's): a slower host does not move it as seconds
     return math.log(location_at(bench.rounds_s, min(rounds, len(bench.rounds_s))))
 
 

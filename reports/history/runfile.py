@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from reports.errors import ReportError
+from reports.history.rounds import record_rounds
 
 SUPPORTED_MACHINE_SCHEMAS = frozenset({1})
 SUPPORTED_EXTRA_SCHEMAS = frozenset({1})
@@ -94,7 +94,7 @@ class BenchmarkResult:
         stats = raw.get("stats")
         if not isinstance(stats, dict):
             raise ValueError(f"benchmark {fullname} has no `stats` object")
-        rounds = _rounds(stats, fullname)
+        rounds = record_rounds(stats, raw.get("extra_info"), fullname)
         params_raw = raw.get("params") or {}
         params: dict[str, Scalar] = {}
         if isinstance(params_raw, dict):
@@ -113,24 +113,6 @@ class BenchmarkResult:
             rounds_s=rounds,
             extra=extra,
         )
-
-
-def _rounds(stats: Mapping[str, Any], fullname: str) -> tuple[float, ...]:
-    """Per-round seconds: `stats.data` when saved, else the median as a single observation."""
-    data = stats.get("data")
-    if isinstance(data, list) and data:
-        try:
-            values = tuple(map(float, data))
-        except (TypeError, ValueError):
-            raise ValueError(f"benchmark {fullname} has non-numeric `stats.data`") from None
-    else:
-        median = stats.get("median")
-        if not isinstance(median, int | float) or isinstance(median, bool):
-            raise ValueError(f"benchmark {fullname} has neither `stats.data` nor `stats.median`")
-        values = (float(median),)
-    if min(values) <= 0 or not math.isfinite(sum(values)):
-        raise ValueError(f"benchmark {fullname} has a non-positive or non-finite round time")
-    return values
 
 
 #: The software-stack fields of the fingerprint, for files that predate `phasebench.stack`.

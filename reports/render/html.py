@@ -177,6 +177,7 @@ def environment(markdown: bool) -> jinja2.Environment:
         tp_ranks=tp.rank_text,
         serve_value=serve.value_text,
         serve_svg=serve.svg,
+        file_url=serve.file_url,
         **engines.FILTERS,
     )
     env.globals.update(shift_said=shift_said, shift_text=shift_text)

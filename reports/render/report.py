@@ -56,6 +56,7 @@ from reports.analysis.trends import (
 from reports.history.load import History, Run, SkippedFile
 from reports.history.selection import Comparison, Selection, StackChange, StackMark
 from reports.render.bisectcmd import bisect_commands
+from reports.render.capacity import CapacityRow, capacity_rows, capacity_section_html
 from reports.render.engines import EngineTable, engine_tables
 from reports.render.headline import EarlierRun, Status, status
 from reports.render.quant import QuantTable, quant_tables
@@ -127,6 +128,8 @@ class MachineReport:
     accuracy_flags: tuple[Accuracy, ...] = ()  # current run's cells outside their accuracy bound
     tp: tuple[TpTable, ...] = ()  # current run's tp > 1 cells against their tp-1 twins
     serve: tuple[ServeTable, ...] = ()  # current run's serving cells: latency against rate
+    capacity_html: str = ""  # current run's capacity cells and Pareto view (`capacity`)
+    capacity: tuple[CapacityRow, ...] = ()  # current run's capacity cells (the PR summary's)
     engines: tuple[EngineTable, ...] = ()  # current run's torch and MLX cells side by side
     host_trends: tuple[Trend, ...] = ()  # the host probes' levels per run: the machine's trend
     baseline_commit: str = ""  # the newest baseline run's: a bisection's good end
@@ -289,12 +292,21 @@ def build_machine(
         accuracy_flags=accuracy_flags(current.benchmarks.values()),
         tp=tuple(tp_tables(current.benchmarks.values())),
         serve=tuple(serve_tables(current.benchmarks.values())),
+        capacity=tuple(capacity_rows(current.benchmarks.values())),
+        capacity_html=capacity_section_html(
+            current.benchmarks.values(), section_id=f"capacity-{_anchor(comparison.machine_id)}"
+        ),
         engines=tuple(engine_tables(current.benchmarks.values())),
         consistency=tuple(consistency_rows(current)),
         shift=shift,
         lean=lean,
         earlier=earlier,
     )
+
+
+def _anchor(text: str) -> str:
+    """An HTML id part from a machine id (letters, digits, dashes)."""
+    return "".join(c if c.isalnum() else "-" for c in text)[:40]
 
 
 def _sort_key(v: Verdict) -> tuple[int, float]:

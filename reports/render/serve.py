@@ -9,8 +9,11 @@ plain cell with the same model, device, dtype, P and N in the run; None without 
 assumed 1x) -- what queueing and serving cost. The group's single-request figures (prefill
 alone, the owned loop's TTFT and TPOT from its generate record) are the table's `single`.
 
-`falloff` names the first rate at which goodput drops under `HOLD` (90 %) of what was asked: of
-the offered rate for a finite one, of the completed requests' throughput for `inf`. `svg` draws
+`falloff` names the first rate at which the share of requests meeting every SLO
+(`slo_met_share`: meeting / sent, failed requests count as missing) drops under `HOLD` (90 %);
+records from before that field read goodput over the offered rate (finite) or the throughput
+(`inf`). Capacity cells (`request_rate: sla`) are drawn by `capacity`, not here. Each row links
+its cell's per-request export (`serve_requests_file`) where the run wrote one. `svg` draws
 TTFT and TPOT percentiles against the rates (inline SVG: the report stays one offline file).
 
 The current run's figures, not verdicts (the gate judges `round_series`). Imports neither torch
@@ -34,7 +37,8 @@ _PLAIN = ("model", "device", "dtype", "prompt_len", "new_tokens")
 COLUMNS = (
     ("ttft_p50_s", "TTFT p50"), ("ttft_p90_s", "TTFT p90"), ("ttft_p99_s", "TTFT p99"),
     ("tpot_p50_s", "TPOT p50"), ("tpot_p90_s", "TPOT p90"), ("itl_p50_s", "ITL p50"),
-    ("itl_p99_s", "ITL p99"), ("e2el_p50_s", "E2EL p50"),
+    ("itl_p99_s", "ITL p99"), ("itl_chunk_p99_s", "chunk gap p99"), ("stall_max_s", "longest gap"),
+    ("e2el_p50_s", "E2EL p50"),
     ("ttft_from_schedule_p50_s", "TTFT p50 from schedule"),
     ("request_throughput_req_per_s", "req/s"), ("output_throughput_tok_per_s", "tok/s"),
     ("goodput_req_per_s", "goodput req/s"),
@@ -51,6 +55,8 @@ class ServeRow:
     errors: int
     requests: int
     queueing_ratio: float | None  # TTFT p50 / prefill alone
+    slo_met_share: float | None = None  # requests meeting every SLO / sent
+    requests_file: str | None = None  # the per-request export
 
     @property
     def rate_text(self) -> str:
@@ -59,7 +65,10 @@ class ServeRow:
 
     @property
     def goodput_share(self) -> float | None:
-        """Goodput over the offered rate (finite), else over the throughput."""
+        """The share of requests meeting the SLOs; for older records, goodput over the offered
+        rate (finite), else over the throughput."""
+        if self.slo_met_share is not None:
+            return self.slo_met_share
         goodput = self.values.get("goodput_req_per_s")
         offered = (
             self.rate
@@ -95,6 +104,11 @@ class ServeTable:
             if share < HOLD:
                 good = row.values.get("goodput_req_per_s") or 0.0
                 up_to = f"holds up to {held.rate_text} req/s; " if held else ""
+                if row.slo_met_share is not None:
+                    return (
+                        f"goodput {up_to}falls off at rate {row.rate_text}: {share:.0%} of "
+                        f"requests met the SLOs ({good:.2f} req/s)"
+                    )
                 return (
                     f"goodput {up_to}falls off at rate {row.rate_text}: {good:.2f} req/s "
                     f"({share:.0%} of {'offered' if math.isfinite(row.rate) else 'completed'})"
@@ -107,6 +121,15 @@ def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value)
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _is_capacity(bench: BenchmarkResult) -> bool:
+    """A capacity cell (`request_rate: sla`): its view is `capacity`'s."""
+    return bench.params.get("request_rate") == "sla" or "sla_probes" in bench.extra
 
 
 def _rate(value: Any) -> float:
@@ -136,7 +159,7 @@ def serve_tables(benchmarks: Iterable[BenchmarkResult]) -> list[ServeTable]:
     every = list(benchmarks)
     groups: dict[tuple[tuple[str, str], ...], list[BenchmarkResult]] = {}
     for bench in every:
-        if bench.extra.get("measurement") != "serve":
+        if bench.extra.get("measurement") != "serve" or _is_capacity(bench):
             continue
         key = tuple(sorted((k, str(v)) for k, v in bench.params.items() if k != "request_rate"))
         groups.setdefault(key, []).append(bench)
@@ -157,11 +180,20 @@ def serve_tables(benchmarks: Iterable[BenchmarkResult]) -> list[ServeTable]:
                     errors=int(bench.extra.get("errors") or 0),
                     requests=int(bench.extra.get("requests") or 0),
                     queueing_ratio=ttft / prefill if ttft is not None and prefill else None,
+                    slo_met_share=_number(bench.extra.get("slo_met_share")),
+                    requests_file=_text(bench.extra.get("serve_requests_file")),
                 )
             )
         title = group_title(tuple((k, v) for k, v in key))
         tables.append(ServeTable(title, tuple(rows), single))
     return tables
+
+
+def file_url(path: str) -> str:
+    """A local file's `file://` URL (the per-request export: on the machine that ran the cell)."""
+    from pathlib import Path  # noqa: PLC0415 - one helper's need
+
+    return Path(path).resolve().as_uri() if Path(path).is_absolute() else path
 
 
 def value_text(value: float | None, field: str) -> str:

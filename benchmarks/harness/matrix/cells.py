@@ -116,13 +116,17 @@ class Cell:
     # Serving under load (DESIGN §13, `serving`); None: the matrix does not name the axis.
     serve: str | None = None
     continuous_batching: bool | None = None
-    request_rate: float | None = None
+    request_rate: float | str | None = None  # req/s, inf, or "sla" (a capacity search)
     burstiness: float | None = None
     max_concurrency: int | None = None
     num_prompts: int | None = None
     slo_ttft_ms: float | None = None
     slo_tpot_ms: float | None = None
     slo_e2el_ms: float | None = None
+    sla_share: float | None = None
+    range_ratio: float | None = None
+    prefix_len: int | None = None
+    dataset: str | None = None  # a JSON Lines file, as the matrix names it
     # The stack that runs the model (DESIGN §14); None: the matrix has no `engine` axis (torch).
     engine: str | None = None
 

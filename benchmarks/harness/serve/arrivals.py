@@ -7,6 +7,13 @@ Poisson process (exponential gaps, coefficient of variation 1), below 1 burstier
 `1 / sqrt(burstiness)`), above 1 more regular. `request_rate` inf sends every request at once.
 The first request is due at 0.
 
+The drawn gaps are then scaled by one factor so that the last request is due exactly at
+`(num_prompts - 1) / request_rate`: every pass offers exactly the nominal rate. Unscaled, 12
+Poisson arrivals at 8 req/s span anything from about 0.9 s to 2 s, so a pass's offered load,
+and with it a goodput that seems to fall off, was the draw's as much as the server's. One
+common factor keeps the gaps' shape: their order, their ratios and so their coefficient of
+variation (the burstiness) are the drawn ones. (With two requests the one gap is the mean.)
+
 The schedule is made before any request is sent and never waits for a response: a slow server
 delays sends only through the concurrency cap, and the records keep the scheduled time apart
 from the send time (coordinated omission, `metrics`). It deliberately does not sleep or send.
@@ -14,6 +21,7 @@ from the send time (coordinated omission, `metrics`). It deliberately does not s
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 
@@ -40,7 +48,11 @@ def arrival_offsets(
         return [0.0] * num_prompts
     rng = random.Random(seed)
     scale = 1.0 / (request_rate * burstiness)  # mean gap = shape * scale = 1 / rate
-    offsets = [0.0]
-    for _ in range(num_prompts - 1):
-        offsets.append(offsets[-1] + rng.gammavariate(burstiness, scale))
-    return offsets
+    gaps = [rng.gammavariate(burstiness, scale) for _ in range(num_prompts - 1)]
+    drawn_s = sum(gaps)
+    if gaps and drawn_s <= 0:  # every gap underflowed to 0 (a tiny burstiness): regular gaps
+        gaps, drawn_s = [1.0] * len(gaps), float(len(gaps))
+    span_s = (num_prompts - 1) / request_rate
+    offsets = list(itertools.accumulate((gap * span_s / drawn_s for gap in gaps), initial=0.0))
+    offsets[-1] = span_s  # exactly, whatever the running sum's rounding
+    return [min(offset, span_s) for offset in offsets]

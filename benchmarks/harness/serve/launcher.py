@@ -106,8 +106,10 @@ def vllm_command(
     argv = [
         python, "-m", "vllm.entrypoints.cli.main", "serve", str(model_dir), "--dtype", dtype,
         "--host", HOST, "--port", "{port}", "--max-model-len", str(positions),
-        "--no-enable-prefix-caching", "--disable-log-requests",
+        "--no-enable-prefix-caching",
     ]  # fmt: skip
+    # No `--disable-log-requests`: vLLM deprecated it (#21739) and removed it (#29402), and
+    # request logging is off by default since; vllm is unpinned, so an old flag kills the cell.
     if not continuous_batching:
         argv += ["--max-num-seqs", "1"]
     return ServerCommand(tuple(argv), OFFLINE_ENV, "vllm serve")
@@ -130,13 +132,36 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+# Readiness and liveness polls go straight to loopback: an HTTP_PROXY in the environment (a
+# corporate runner) would otherwise receive them and readiness would wait out its timeout.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 def models_ready(base_url: str, timeout_s: float = 1.0) -> bool:
-    """Whether `GET /v1/models` answers 200 now."""
+    """Whether `GET /v1/models` answers 200 now (never through a proxy)."""
     try:
-        with urllib.request.urlopen(base_url + "/v1/models", timeout=timeout_s) as response:
+        with _DIRECT.open(base_url + "/v1/models", timeout=timeout_s) as response:
             return bool(response.status == 200)
     except (urllib.error.URLError, OSError, ValueError):
         return False
+
+
+def listens_on(processes: Sequence[psutil.Process], port: int) -> bool | None:
+    """Whether one of `processes` listens on `port`; None when the OS let us read none of
+    their sockets (then the caller cannot tell whose server answers)."""
+    readable = False
+    for process in processes:
+        try:
+            connections = process.net_connections(kind="tcp")
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+        except psutil.AccessDenied:
+            continue
+        readable = True
+        for conn in connections:
+            if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port:
+                return True
+    return False if readable else None
 
 
 def log_tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
@@ -248,21 +273,58 @@ class Server:
                     f"{self.command.label} exited with code {code} before answering "
                     f"GET /v1/models; its log ({self.log_path}) ends: {log_tail(self.log_path)}"
                 )
-            if models_ready(self.base_url):
+            # `free_port` released the port before the server bound it: a 200 counts only when
+            # our own tree holds the listening socket, never another run's server on that port.
+            answered = models_ready(self.base_url)
+            ours = listens_on(self.alive(), self.port or 0) if answered else None
+            if answered and ours is not False:
                 self.ready_s = time.perf_counter() - self._start_s
                 self._remember()
                 return
             if time.perf_counter() > deadline:
+                other = (
+                    f"another process answers on port {self.port}, not ours; " if answered else ""
+                )
                 raise ServeError(
                     f"{self.command.label} did not answer GET /v1/models within "
-                    f"{self.ready_timeout_s:g} s (raise PHASEBENCH_SERVE_READY_TIMEOUT_S for a "
-                    f"large model); its log ({self.log_path}) ends: {log_tail(self.log_path)}"
+                    f"{self.ready_timeout_s:g} s ({other}raise PHASEBENCH_SERVE_READY_TIMEOUT_S "
+                    f"for a large model); its log ({self.log_path}) ends: "
+                    f"{log_tail(self.log_path)}"
                 )
             time.sleep(_POLL_S)
 
     def alive(self) -> list[psutil.Process]:
         """The processes of the server's tree still running."""
-        return [] if self._tree is None else self._tree.alive()
+        if self._tree is None:
+            return []
+        self._tree.poll()
+        return self._tree.alive()
+
+    def dead_reason(self, timeout_s: float = 10.0) -> str | None:
+        """Why the started server can no longer be measured (it exited, or stopped answering
+        `GET /v1/models` within `timeout_s`), with its log's last lines; None while it serves.
+        Checked between load passes and cells, so a crashed server fails its cells at once."""
+        if self._guard is None:
+            return f"{self.command.label} is not running"
+        code = self._guard.poll()
+        if code is not None:
+            return (
+                f"{self.command.label} exited with code {code} during the run; its log "
+                f"({self.log_path}) ends: {log_tail(self.log_path)}"
+            )
+        if not models_ready(self.base_url, timeout_s=timeout_s):
+            with contextlib.suppress(psutil.TimeoutExpired):  # a crash: its guard exits soon
+                code = self._guard.wait(timeout=2.0)
+            if code is not None:
+                return (
+                    f"{self.command.label} exited with code {code} during the run; its log "
+                    f"({self.log_path}) ends: {log_tail(self.log_path)}"
+                )
+            return (
+                f"{self.command.label} stopped answering GET /v1/models (no 200 within "
+                f"{timeout_s:g} s); its log ({self.log_path}) ends: {log_tail(self.log_path)}"
+            )
+        return None
 
     def stop(self) -> None:
         """Stop the server and everything it started (module docstring); idempotent."""

@@ -8,9 +8,10 @@ step it ends: from the previous forward's end when that came less than `CONSECUT
 this one began (a decode loop: the step's sampling and streaming count too, so a tiny model
 whose step is mostly host work still decodes 1 + F times slower), else its own duration (a
 prefill after an idle server). TTFT and TPOT then move as a 1 + F times slower server's
-would: the knob that checks the gate catches a slower server (docs/serving.md). `--slowdown 0` runs
-the same hooks without waiting, so A/A runs time the same code as slowed runs. The suite sets it
-from `PHASEBENCH_CALIBRATION_SLOWDOWN`.
+would: the knob that checks the gate catches a slower server (docs/serving.md). `--slowdown 0`
+(every run that is not a slowed calibration run) installs nothing: the measured server is
+`transformers serve` as users run it, with no hook and no device synchronize on its forwards. The
+suite sets it from `PHASEBENCH_CALIBRATION_SLOWDOWN`.
 
 It deliberately changes nothing else about the server.
 """
@@ -84,7 +85,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not 0.0 <= args.slowdown <= 1.0:
         parser.error(f"--slowdown {args.slowdown} is not a fraction from 0 to 1")
     rest = args.serve_args[1:] if args.serve_args[:1] == ["--"] else args.serve_args
-    install_slowdown(args.slowdown)
+    if args.slowdown > 0:
+        install_slowdown(args.slowdown)
     from transformers.cli.transformers import app  # noqa: PLC0415 - transformers >= 5 only
 
     app(["serve", *rest])

@@ -18,11 +18,12 @@ The calibration knob reaches the server: `PHASEBENCH_CALIBRATION_SLOWDOWN` becom
 from __future__ import annotations
 
 import importlib.util
+import math
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 import torch
@@ -32,8 +33,8 @@ from packaging.version import Version
 from benchmarks.calibration.slowdown import slowdown_from_env
 from benchmarks.harness.errors import ServeError
 from benchmarks.harness.matrix.cells import Cell
+from benchmarks.harness.matrix.dataset import read_dataset
 from benchmarks.harness.model.models import MODELS_DIR, load_model_spec
-from benchmarks.harness.serve.client import list_models
 from benchmarks.harness.serve.launcher import (
     Server,
     ServerCommand,
@@ -43,6 +44,8 @@ from benchmarks.harness.serve.launcher import (
     vllm_command,
 )
 from benchmarks.harness.serve.modeldir import serving_model_dir
+from benchmarks.harness.serve.models import list_models
+from benchmarks.harness.serve.workload import Workload
 from benchmarks.suite.configure import models_dir_option
 from benchmarks.suite.rounds import MATRIX, Progress
 
@@ -98,6 +101,16 @@ class Running:
         """The server's processes (empty for a `url` server)."""
         return self.server.pids if self.server is not None else ()
 
+    def dead_reason(self) -> str | None:
+        """Why the server can no longer be measured (exited, or not answering), else None."""
+        if self.server is not None:
+            return self.server.dead_reason()
+        try:
+            list_models(self.base_url, timeout_s=10.0)
+        except ServeError as error:
+            return str(error)
+        return None
+
 
 _LOG_DIR = pytest.StashKey[Path]()
 
@@ -118,10 +131,24 @@ def log_dir(config: pytest.Config) -> Path:
     return config.stash[_LOG_DIR]
 
 
+def cell_workload(cell: Cell, vocab: int) -> Workload:
+    """The cell's workload (`workload.Workload`): its P, N, range, prefix or dataset."""
+    rows = read_dataset(Path(cell.dataset)) if cell.dataset is not None else None
+    return Workload(
+        prompt_len=cell.prompt_len,
+        new_tokens=cell.new_tokens,
+        vocab=vocab,
+        range_ratio=cell.range_ratio,
+        prefix_len=cell.prefix_len,
+        dataset=rows,
+        cell_seed=cell.seed,
+    )
+
+
 def _load_of(cells: Sequence[Cell]) -> tuple[int, int]:
     """(concurrent requests, positions per request) the largest of `cells` puts on a server."""
     concurrency = max((c.max_concurrency or c.num_prompts or DEFAULT_PROMPTS) for c in cells)
-    positions = max(c.prompt_len + c.new_tokens for c in cells)
+    positions = max(cell_workload(c, vocab=1).max_positions for c in cells)
     return concurrency, positions
 
 
@@ -144,7 +171,10 @@ class ServerPool:
         if key in self.failed:
             raise ServeError(self.failed[key])
         if self.current is not None and self.current[0] == key:
-            return self.current[1]
+            dead = self.current[1].dead_reason()
+            if dead is None:
+                return self.current[1]
+            self.fail(cell, dead)
         self.stop()
         try:
             running = self._start(cell)
@@ -154,6 +184,18 @@ class ServerPool:
         self.current = (key, running)
         self.all_pids.extend(running.pids())
         return running
+
+    def fail(self, cell: Cell, reason: str) -> NoReturn:
+        """The server of `cell` is hung or dead: stop it, and fail every later cell of its key
+        at once with `reason` (ServeError now), never waiting on it again."""
+        message = f"{cell.serve} server for {cell.model}: {reason}"
+        self.failed[cell.build_key] = message
+        if self.current is not None and self.current[0] == cell.build_key:
+            try:
+                self.stop()
+            except ServeError as error:  # a survivor: say so beside the reason
+                message += f" ({error})"
+        raise ServeError(message)
 
     def _start(self, cell: Cell) -> Running:
         url = self.config.getoption("serve_url")
@@ -221,7 +263,7 @@ def serve_pool(pytestconfig: pytest.Config, progress: Progress) -> Iterator[Serv
 
 
 def serve_options(config: pytest.Config) -> dict[str, Any]:
-    """`--serve-api` and `--serve-extra-body` as LoadSpec fields."""
+    """`--serve-api`, `--serve-extra-body`, `--serve-timeout-s` and `--serve-allow-errors`."""
     import json  # noqa: PLC0415 - only serving runs parse it
 
     raw = config.getoption("serve_extra_body")
@@ -233,4 +275,17 @@ def serve_options(config: pytest.Config) -> dict[str, Any]:
         ) from None
     if not isinstance(extra, dict):
         raise pytest.UsageError("--serve-extra-body must be a JSON object")
-    return {"api": config.getoption("serve_api"), "extra_body": extra}
+    timeout = config.getoption("serve_timeout_s")
+    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
+        raise pytest.UsageError(f"--serve-timeout-s {timeout} is not valid; use seconds > 0")
+    allow = config.getoption("serve_allow_errors")
+    if not (0.0 <= allow < 1.0):
+        raise pytest.UsageError(
+            f"--serve-allow-errors {allow} is not valid; use a fraction from 0 up to below 1"
+        )
+    return {
+        "api": config.getoption("serve_api"),
+        "extra_body": extra,
+        "timeout_s": timeout,
+        "allow_errors": allow,
+    }

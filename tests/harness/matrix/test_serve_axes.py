@@ -63,7 +63,7 @@ def test_yaml_inf_and_include_entries_work_like_the_product():
     [
         ("serve", ["sglang"], "serve[0]: unknown serve 'sglang'; use one of transformers, vllm"),
         ("continuous_batching", ["yes"], "continuous_batching[0]: 'yes' is not valid; use true"),
-        ("request_rate", [0], "request_rate[0]: 0 is not valid; use a number > 0 or inf"),
+        ("request_rate", [0], "request_rate[0]: 0 is not valid; use requests per second > 0, inf"),
         ("max_concurrency", [1.5], "max_concurrency[0]: 1.5 is not valid; use a whole number"),
         ("num_prompts", [True], "num_prompts[0]: True is not valid"),
         ("slo_ttft_ms", [math.inf], "slo_ttft_ms[0]: inf is not valid; use a number > 0"),
@@ -82,3 +82,63 @@ def test_a_serving_axis_without_serve_and_a_batched_serving_cell_are_refused():
     assert "a serving cell sends one prompt per request; set `batch: [1]`" in error_of(
         base(serve=["transformers"], batch=[1, 4])
     )
+
+
+def test_capacity_and_workload_axes_join_the_id_after_the_first_pass_axes(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "chat.jsonl").write_text('{"prompt_len": 40, "output_len": 8}\n')
+    matrix = parse(
+        base(
+            models=["smollm2-135m"], dtypes=["float32"], prompt_len=[128],
+            serve=["transformers"], request_rate=["sla", 4], slo_ttft_ms=[500],
+            range_ratio=[0.5], prefix_len=[32],
+            include=[{"model": "smollm2-135m", "device": "cpu", "dtype": "float32", "batch": 1,
+                      "prompt_len": 128, "new_tokens": 32, "serve": "url",
+                      "request_rate": "sla", "sla_share": 0.95, "slo_tpot_ms": 40,
+                      "dataset": "chat.jsonl"}],
+        )
+    )  # fmt: skip
+    assert list(matrix.ids) == [
+        "smollm2-135m-cpu-float32-b1-p128-n32-serve_transformers-rate_sla-slo_ttft_500ms-rr_0.5"
+        "-prefix_32",
+        "smollm2-135m-cpu-float32-b1-p128-n32-serve_transformers-rate_4-slo_ttft_500ms-rr_0.5"
+        "-prefix_32",
+        "smollm2-135m-cpu-float32-b1-p128-n32-serve_url-rate_sla-slo_tpot_40ms-share_0.95-ds_chat",
+    ]
+    capacity = matrix.cells[0]
+    assert capacity.request_rate == "sla"
+    assert capacity.axes()["request_rate"] == "sla"
+    assert Cell.from_params(capacity.to_params()) == capacity
+    assert matrix.cells[2].dataset == "chat.jsonl"
+
+
+@pytest.mark.parametrize(
+    ("axes", "message"),
+    [
+        (
+            {"request_rate": ["sla"]},
+            "request_rate sla searches the highest rate that meets the "
+            "SLOs, and the cell has none; add slo_ttft_ms",
+        ),
+        (
+            {"request_rate": [2], "slo_ttft_ms": [500], "sla_share": [0.9]},
+            "sla_share applies to `request_rate: sla` cells only",
+        ),
+        (
+            {"request_rate": ["fast"]},
+            "request_rate[0]: 'fast' is not valid; use requests per second > 0, inf, or sla",
+        ),
+        ({"sla_share": [1.0]}, "sla_share[0]: 1.0 is not valid; use a fraction > 0 and < 1"),
+        ({"range_ratio": [-0.1]}, "range_ratio[0]: -0.1 is not valid; use a fraction >= 0"),
+        ({"prefix_len": [128]}, "prefix_len 128 leaves no prompt of its own (P = 128)"),
+        ({"dataset": ["missing.jsonl"]}, "dataset missing.jsonl: no such file"),
+        (
+            {"dataset": ["d.jsonl"], "range_ratio": [0.2]},
+            "a dataset gives each request its own lengths; remove range_ratio",
+        ),
+    ],
+)
+def test_capacity_and_workload_misuse_is_refused_with_the_fix(axes, message, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "d.jsonl").write_text('{"prompt_len": 4, "output_len": 2}\n')
+    assert message in error_of(base(serve=["transformers"], **axes))

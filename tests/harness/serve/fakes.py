@@ -1,4 +1,5 @@
-"""A `FakeServer` running on its own event loop in a thread, for the client's tests."""
+"""A `FakeServer` (or any aiohttp app) running on its own event loop in a thread, for the
+client's tests."""
 
 from __future__ import annotations
 
@@ -9,29 +10,27 @@ from contextlib import contextmanager
 
 from aiohttp import web
 
-from benchmarks.harness.serve.fake import FakeServer, Script
+from benchmarks.harness.serve.fake import RUNNER_OPTIONS, FakeServer, Script
 
 
 @contextmanager
-def fake_server(script: Script) -> Iterator[str]:
-    """Serve `script` on 127.0.0.1 (a free port) until the block ends; yields the base URL."""
+def serve_app(app: web.Application) -> Iterator[str]:
+    """Serve `app` on 127.0.0.1 (a free port) until the block ends; yields the base URL."""
     loop = asyncio.new_event_loop()
-    ready = threading.Event()
     holder: dict[str, object] = {}
 
     async def start() -> None:
-        runner = web.AppRunner(FakeServer(script).app)
+        # As the fake's own process does: a hung handler is cancelled when its client leaves.
+        runner = web.AppRunner(app, **RUNNER_OPTIONS)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
         holder["runner"] = runner
         holder["port"] = runner.addresses[0][1]
-        ready.set()
 
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
     asyncio.run_coroutine_threadsafe(start(), loop).result(timeout=10)
-    ready.wait(10)
     try:
         yield f"http://127.0.0.1:{holder['port']}"
     finally:
@@ -41,3 +40,10 @@ def fake_server(script: Script) -> Iterator[str]:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
         loop.close()
+
+
+@contextmanager
+def fake_server(script: Script) -> Iterator[str]:
+    """Serve `script` on 127.0.0.1 (a free port) until the block ends; yields the base URL."""
+    with serve_app(FakeServer(script).app) as url:
+        yield url

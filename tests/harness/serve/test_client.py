@@ -11,9 +11,11 @@ import math
 
 import pytest
 
-from benchmarks.harness.serve.client import LoadSpec, list_models, request_body, run_load
+from benchmarks.harness.errors import ServeError
+from benchmarks.harness.serve.client import LoadSpec, request_body, run_load
 from benchmarks.harness.serve.fake import MODEL_ID, Script
 from benchmarks.harness.serve.metrics import calculate_metrics
+from benchmarks.harness.serve.models import list_models
 from tests.harness.serve.fakes import fake_server
 
 SLACK_S = 0.04  # loopback + event loops on a busy 2-core machine
@@ -81,6 +83,7 @@ def test_short_responses_and_http_errors_are_counted_as_error_rows():
         failed = run_load(_spec(url, n=4, prompts=2))
     m = calculate_metrics(short.records, new_tokens=4, duration_s=short.duration_s)
     assert m["error_reasons"] == {"short response": 3}
+    assert m["error_examples"]["short response"] == "short response: 2 tokens of the 4 asked"
     f = calculate_metrics(failed.records, new_tokens=4, duration_s=failed.duration_s)
     assert f["errors"] == 2
     assert next(iter(f["error_reasons"])).startswith("HTTP 422")
@@ -90,7 +93,7 @@ def test_a_dead_server_is_a_connection_error_row_and_the_pass_is_bounded():
     # Nothing listens on port 9 (discard) of the loopback.
     result = run_load(_spec("http://127.0.0.1:9", prompts=2, request_timeout_s=2.0))
     m = calculate_metrics(result.records, new_tokens=5, duration_s=result.duration_s)
-    assert m["errors"] == 2
+    assert m["error_reasons"] == {"connection error": 2}
     assert result.duration_s < 5
 
 
@@ -115,3 +118,50 @@ def test_a_poisson_pass_sends_on_schedule_not_when_responses_come_back():
     assert max(lags) < 0.03  # no cap: each sent on time although responses take 0.16 s
     assert result.records[-1].scheduled_s > 0
     assert not math.isclose(result.records[1].scheduled_s, result.records[2].scheduled_s)
+
+
+def test_each_request_asks_its_own_n_and_records_it():
+    with fake_server(Script(ttft_s=0.01, itl_s=0.005)) as url:
+        result = run_load(_spec(url, n=9, prompts=3, new_tokens_each=(2, 5, 3)))
+    assert [r.asked_tokens for r in result.records] == [2, 5, 3]
+    assert [r.output_tokens for r in result.records] == [2, 5, 3]
+    m = calculate_metrics(result.records, new_tokens=9, duration_s=result.duration_s)
+    assert m["errors"] == 0  # each checked against its own N, not the 9
+    assert request_body(_spec("http://x"), "w1", 7)["max_tokens"] == 7
+    with pytest.raises(ServeError, match="new_tokens_each has 2 N for 3 prompts"):
+        run_load(_spec(url, prompts=3, new_tokens_each=(2, 5)))
+
+
+def test_e2el_ends_at_the_last_content_chunk_and_the_tail_is_apart():
+    with fake_server(Script(ttft_s=0.05, itl_s=0.02)) as url:
+        result = run_load(_spec(url, n=4, prompts=1))
+    record = result.records[0]
+    assert record.events == 5  # 4 tokens and the usage event ([DONE] aside)
+    assert record.done_s is not None
+    assert record.last_content_s is not None
+    assert record.done_s >= record.last_content_s
+    m = calculate_metrics(result.records, new_tokens=4, duration_s=result.duration_s)
+    assert m["e2el_p50_s"] == pytest.approx(record.last_content_s - record.sent_s)
+    assert 0.11 <= m["e2el_p50_s"] <= 0.11 + SLACK_S
+    assert 0 <= m["tail_p50_s"] <= SLACK_S
+
+
+def test_a_read_timeout_never_fires_on_a_kept_alive_connection_between_requests():
+    # One connection, reused: the requests are 0.4 s apart, the read timeout 0.2 s. A timer
+    # left running after a response would fail the connection's next request.
+    with fake_server(Script(ttft_s=0.01, itl_s=0.01)) as url:
+        spec = _spec(url, n=3, prompts=3, max_concurrency=1, read_timeout_s=0.2)
+        result = run_load(spec, offsets=[0.0, 0.4, 0.8])
+    assert [r.error for r in result.records] == [None, None, None]
+
+
+def test_the_all_at_once_schedule_offers_no_rate_and_a_poisson_one_the_nominal_rate():
+    with fake_server(Script(ttft_s=0.01, itl_s=0.005)) as url:
+        result = run_load(_spec(url, n=2, prompts=5, request_rate=25.0, seed=1))
+        at_once = run_load(_spec(url, n=2, prompts=3))
+    m = calculate_metrics(result.records, new_tokens=2, duration_s=result.duration_s)
+    assert m["offered_rate_req_per_s"] == pytest.approx(25.0)
+    a = calculate_metrics(at_once.records, new_tokens=2, duration_s=at_once.duration_s)
+    assert a["offered_rate_req_per_s"] is None
+    assert not result.all_timed_out
+    assert not result.all_refused

@@ -15,10 +15,18 @@ import psutil
 import pytest
 
 from benchmarks.harness.errors import ServeError
-from benchmarks.harness.serve.client import LoadSpec, list_models, run_load
+from benchmarks.harness.serve.client import LoadSpec, run_load
 from benchmarks.harness.serve.fake import MODEL_ID
-from benchmarks.harness.serve.launcher import Server, ServerCommand, fake_command, ready_timeout_s
+from benchmarks.harness.serve.launcher import (
+    Server,
+    ServerCommand,
+    fake_command,
+    listens_on,
+    ready_timeout_s,
+    vllm_command,
+)
 from benchmarks.harness.serve.metrics import calculate_metrics
+from benchmarks.harness.serve.models import list_models
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -121,3 +129,35 @@ def test_the_ready_timeout_comes_from_the_environment_and_a_bad_value_is_refused
     assert ready_timeout_s({"PHASEBENCH_SERVE_READY_TIMEOUT_S": "900"}) == 900.0
     with pytest.raises(ServeError, match="PHASEBENCH_SERVE_READY_TIMEOUT_S"):
         ready_timeout_s({"PHASEBENCH_SERVE_READY_TIMEOUT_S": "soon"})
+
+
+def test_readiness_is_our_own_server_not_another_on_the_port_and_never_a_proxy(
+    tmp_path, monkeypatch
+):
+    # A proxy that does not exist: a poll sent through it would never reach the server.
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+    monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")
+    with Server(fake_command([]), tmp_path / "a.log", ready_timeout_s=30) as ours:
+        assert ours.ready_s is not None
+        assert listens_on(ours.alive(), ours.port) is True
+        # Another process's tree does not hold our port: its 200 would not count as its own.
+        stranger = psutil.Process(os.getpid())
+        assert listens_on([stranger], ours.port) is False
+        assert ours.dead_reason() is None
+
+
+def test_a_server_that_died_after_it_was_ready_is_named_with_its_exit_code_and_log(tmp_path):
+    with Server(fake_command(["--crash-after-requests", "0"]), tmp_path / "c.log") as server:
+        run_load(LoadSpec(server.base_url, MODEL_ID, ("w1",), 2, request_timeout_s=5.0))
+        deadline = time.monotonic() + 10
+        while (reason := server.dead_reason(timeout_s=1.0)) is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+    assert reason is not None
+    assert "exited with code 3 during the run" in reason
+    assert "c.log" in reason
+
+
+def test_vllm_is_started_without_the_removed_disable_log_requests_flag(tmp_path):
+    command = vllm_command(tmp_path, dtype="float16", continuous_batching=False, positions=96)
+    assert "--disable-log-requests" not in command.argv
+    assert command.argv[command.argv.index("--max-num-seqs") + 1] == "1"
