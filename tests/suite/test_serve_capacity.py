@@ -35,18 +35,25 @@ slo_ttft_ms: [250]
 """
 
 
-def test_a_capacity_cell_brackets_a_known_capacity_and_records_its_search(tmp_path):
-    matrix = tmp_path / "capacity.yaml"
-    matrix.write_text(CAPACITY)
-    script = ["--sequential", f"--ttft-s={TTFT_S}", f"--itl-s={ITL_S}"]
+def _run_against_fake(
+    tmp_path: Path, matrix: Path, script: list[str]
+) -> subprocess.CompletedProcess:
+    """`pytest benchmarks` on `matrix`'s url cells against the fake running `script`."""
     with Server(fake_command(script), tmp_path / "fake.log", ready_timeout_s=60) as fake:
-        done = subprocess.run(
+        return subprocess.run(
             [sys.executable, "-m", "pytest", "benchmarks", "-q", "-p", "no:cacheprovider",
              f"--matrix={matrix}", f"--benchmark-storage=file://{tmp_path / 'h'}",
              f"--serve-url={fake.base_url}"],
             cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
             env=dict(os.environ),
         )  # fmt: skip
+
+
+def test_a_capacity_cell_brackets_a_known_capacity_and_records_its_search(tmp_path):
+    matrix = tmp_path / "capacity.yaml"
+    matrix.write_text(CAPACITY)
+    script = ["--sequential", f"--ttft-s={TTFT_S}", f"--itl-s={ITL_S}"]
+    done = _run_against_fake(tmp_path, matrix, script)
     assert done.returncode == 0, done.stdout[-3000:]
     records = json.loads(next((tmp_path / "h").rglob("*.json")).read_text())["benchmarks"]
     (raw,) = [r for r in records if r["extra_info"].get("measurement") == "serve"]
@@ -92,14 +99,7 @@ include:
 def test_ranged_prefixed_and_dataset_workloads_ask_each_request_its_own_n(tmp_path):
     matrix = tmp_path / "workloads.yaml"
     matrix.write_text(WORKLOADS)
-    with Server(fake_command(["--ttft-s=0.005", "--itl-s=0.001"]), tmp_path / "f.log") as fake:
-        done = subprocess.run(
-            [sys.executable, "-m", "pytest", "benchmarks", "-q", "-p", "no:cacheprovider",
-             f"--matrix={matrix}", f"--benchmark-storage=file://{tmp_path / 'h'}",
-             f"--serve-url={fake.base_url}"],
-            cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
-            env=dict(os.environ),
-        )  # fmt: skip
+    done = _run_against_fake(tmp_path, matrix, ["--ttft-s=0.005", "--itl-s=0.001"])
     assert done.returncode == 0, done.stdout[-3000:]
     records = json.loads(next((tmp_path / "h").rglob("*.json")).read_text())["benchmarks"]
     served = {
