@@ -166,11 +166,18 @@ def _passes(
         )
         timed: list[PassResult] = []
 
-        def one_pass() -> None:
+        def one_pass() -> None:  # the timed round: the pass alone
             k = len(timed)
-            timed.append(passes.run(round_seed(cell, k), label=f"round {k}", pass_index=k))
+            timed.append(passes.send(round_seed(cell, k), pass_index=k))
 
-        benchmark.pedantic(one_pass, rounds=cell.rounds, warmup_rounds=0, iterations=1)
+        def check_last() -> None:  # untimed, before the next round (and after the last)
+            if timed:
+                passes.check(timed[-1], f"round {len(timed) - 1}")
+
+        benchmark.pedantic(
+            one_pass, setup=check_last, rounds=cell.rounds, warmup_rounds=0, iterations=1
+        )
+        check_last()
         info.update(serve_fields(load, timed))
     info.update(without_server(others.stop_extra_info(), server_cpu.stop()))
 

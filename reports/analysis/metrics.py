@@ -50,6 +50,7 @@ from reports.analysis.series import MetricKind, MetricSeries
 from reports.analysis.timeline import timelines
 from reports.analysis.timing_model import Levels
 from reports.history.load import BenchmarkResult, Run
+from reports.history.rounds import RATE_FLOOR
 from reports.history.selection import Comparison
 
 PRIMARY_BY_MEASUREMENT = {
@@ -135,11 +136,6 @@ def _number(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value)
-
-
-#: A rate of zero (a serving round where no request met its SLOs) judged on the log scale:
-#: one request in ~12 days, so a fall to zero fails as the largest of drops, never log(0).
-RATE_FLOOR = 1e-6
 
 
 def round_series(bench: BenchmarkResult) -> dict[str, tuple[float, ...]]:

@@ -5,7 +5,7 @@ names in their place (pure).
 observation; but a record whose `extra_info.rounds_statistic` names a whole series of its
 `round_series` is read as that series (DESIGN §13: a finite-rate serving cell's per-pass E2EL
 p50, where the timer's pass is mostly the arrival schedule; a capacity cell's found rates, a
-zero rate floored as `reports.analysis.metrics.RATE_FLOOR` floors it). ValueError names the bad
+zero rate floored at `RATE_FLOOR`, as the judged series are). ValueError names the bad
 field.
 """
 
@@ -15,7 +15,10 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-_RATE_FLOOR = 1e-6
+#: A rate of zero (a serving round where no request met its SLOs, a capacity search that met at
+#: no rate) judged on the log scale: one request in ~12 days, so a fall to zero fails as the
+#: largest of drops, never log(0). `reports.analysis.metrics` floors its series with it too.
+RATE_FLOOR = 1e-6
 
 
 def record_rounds(stats: Mapping[str, Any], extra: object, fullname: str) -> tuple[float, ...]:
@@ -38,9 +41,7 @@ def _statistic_rounds(extra: Mapping[str, Any]) -> tuple[float, ...] | None:
     if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
         return None
     if name.endswith("_per_s"):
-        # A rate of zero (no rate met the SLOs) is the lowest rate there is, on the log scale
-        # too: the same floor as `reports.analysis.metrics.RATE_FLOOR`.
-        values = [max(float(v), _RATE_FLOOR) for v in values]
+        values = [max(float(v), RATE_FLOOR) for v in values]
     ok = all(math.isfinite(v) and v > 0 for v in values)
     return tuple(float(v) for v in values) if ok else None
 

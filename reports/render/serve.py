@@ -26,6 +26,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
+from pathlib import Path
 from typing import Any
 
 from reports.history.runfile import BenchmarkResult
@@ -191,8 +192,6 @@ def serve_tables(benchmarks: Iterable[BenchmarkResult]) -> list[ServeTable]:
 
 def file_url(path: str) -> str:
     """A local file's `file://` URL (the per-request export: on the machine that ran the cell)."""
-    from pathlib import Path  # noqa: PLC0415 - one helper's need
-
     return Path(path).resolve().as_uri() if Path(path).is_absolute() else path
 
 

@@ -9,11 +9,13 @@ than the file has, so every run sends the same requests.
 
 `read_dataset(path)` reads and validates the whole file (MatrixError naming the file, line and
 field with the fix): a broken dataset fails the matrix before anything starts. Relative paths
-are read from the working directory, like `--matrix`.
+are read from the working directory, like `--matrix`. A file is parsed once per version (its
+path, size and modification time): the matrix, the server's sizing and every cell of it ask.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,12 +69,24 @@ def _row(raw: object, where: str) -> DatasetRow:
 def read_dataset(path: Path) -> tuple[DatasetRow, ...]:
     """Every request of the dataset file at `path` (module docstring)."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        found = path.resolve().stat()
     except FileNotFoundError:
         raise MatrixError(
             f"dataset {path}: no such file (relative paths are read from {Path.cwd()}); fix "
             "the `dataset` axis"
         ) from None
+    except OSError as error:
+        raise MatrixError(f"dataset {path}: cannot read it ({error})") from None
+    return _parsed(path, path.resolve(), found.st_size, found.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=32)
+def _parsed(path: Path, resolved: Path, size_bytes: int, mtime_ns: int) -> tuple[DatasetRow, ...]:
+    """`read_dataset`'s work, once per version of a file (`size_bytes` and `mtime_ns` only key
+    the cache); `path` as the matrix named it, for messages."""
+    del size_bytes, mtime_ns
+    try:
+        lines = resolved.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as error:
         raise MatrixError(f"dataset {path}: cannot read it ({error})") from None
     rows = []

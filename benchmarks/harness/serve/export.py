@@ -34,9 +34,10 @@ KIND = "phasebench-serve-requests"
 
 
 def request_rows(
-    records: Iterable[RequestRecord], *, round_index: int, warmup: bool
+    records: Iterable[RequestRecord], *, round_index: int | str, warmup: bool
 ) -> list[dict[str, Any]]:
-    """One export row per record of round `round_index` (module docstring)."""
+    """One export row per record of round `round_index`: its number, or a label the caller
+    names its passes by ("warmup 0", "round 1 probe 3") (module docstring)."""
     return [
         {
             "index": r.index,

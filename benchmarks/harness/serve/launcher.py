@@ -153,9 +153,7 @@ def listens_on(processes: Sequence[psutil.Process], port: int) -> bool | None:
     for process in processes:
         try:
             connections = process.net_connections(kind="tcp")
-        except (psutil.NoSuchProcess, psutil.ZombieProcess):
-            continue
-        except psutil.AccessDenied:
+        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
             continue
         readable = True
         for conn in connections:

@@ -129,10 +129,10 @@ def asked_of(record: RequestRecord, new_tokens: int | Sequence[int]) -> int:
 
 def error_reason(record: RequestRecord, new_tokens: int) -> str | None:
     """Why `record` is an error row (module docstring), "reason: detail"; None when it is not.
-    `new_tokens`: the N asked of this request (the record's own `asked_tokens` wins)."""
+    `new_tokens`: the N asked of this request (`asked_of`)."""
     if record.error is not None:
         return record.error
-    asked = new_tokens if record.asked_tokens is None else record.asked_tokens
+    asked = new_tokens
     if record.output_tokens is None:
         return EMPTY_STREAM if record.events == 0 and not record.chunks else NO_USAGE
     if record.output_tokens != asked:

@@ -37,8 +37,9 @@ class Timeouts:
     """How long one request and one pass may take (`timeouts`): never the hour a hung server
     used to cost, never so short that a slow but working server fails."""
 
-    request_s: float  # a whole request, from its send
-    read_s: float | None  # the longest silence once the response began
+    # A whole request, from its send; also the longest silence once its response began (a
+    # stall then says so, not "did not end").
+    request_s: float
 
     def pass_s(self, num_prompts: int, rate: float) -> float:
         """The pass: its arrival schedule, then two requests' worth (a request queued behind a
@@ -65,12 +66,11 @@ def timeouts(
     on this server (None: not measured yet, the first request's own limit); `override_s`
     (`--serve-timeout-s`) replaces the derived request timeout."""
     if override_s is not None:
-        return Timeouts(override_s, override_s)
+        return Timeouts(override_s)
     if single_e2el_s is None:
-        return Timeouts(FIRST_REQUEST_TIMEOUT_S, FIRST_REQUEST_TIMEOUT_S)
+        return Timeouts(FIRST_REQUEST_TIMEOUT_S)
     waves = math.ceil(num_prompts / max(min(max_concurrency or num_prompts, num_prompts), 1))
-    request_s = max(MIN_REQUEST_TIMEOUT_S, LOAD_TIMEOUT_FACTOR * single_e2el_s * waves)
-    return Timeouts(request_s, request_s)
+    return Timeouts(max(MIN_REQUEST_TIMEOUT_S, LOAD_TIMEOUT_FACTOR * single_e2el_s * waves))
 
 
 @dataclass(frozen=True)
@@ -154,7 +154,7 @@ class Load:
             continuous_usage=self.continuous_usage,
             extra_body=dict(self.extra_body or {}),
             request_timeout_s=limits.request_s,
-            read_timeout_s=limits.read_s,
+            read_timeout_s=limits.request_s,
             pass_timeout_s=limits.pass_s(count, rate),
         )
 

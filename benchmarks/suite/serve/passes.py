@@ -7,9 +7,11 @@
   search's start rate. If it fails, the server fails the cell at once, with its reason: a
   server that accepts requests and never answers costs two minutes, a refused port or a 200
   that is not an event stream one request.
-* `run(seed, ...)`: one pass, then the checks no later pass may wait on: every request timed out
-  (hung), every request refused, or the server no longer answering `GET /v1/models` (dead) fails
-  the cell now (`ServerPool.fail`: the server's later cells fail at once with the same reason).
+* `send(seed, ...)`: one pass and nothing else (what a timed round brackets); `check(result,
+  label)`: the checks no later pass may wait on, outside any timed round: every request timed
+  out (hung), every request refused, or the server no longer answering `GET /v1/models` (dead)
+  fails the cell now (`ServerPool.fail`: the server's later cells fail at once with the same
+  reason). `run` is both, for untimed passes.
 * `export(path)`: every request of every pass (warmup, first request, timed rounds, capacity
   probes) as JSON Lines (`export.write_export`): scheduled, sent, first token, every chunk's time
   and tokens, end, usage, error. The record names the file (`serve_requests_file`).
@@ -23,7 +25,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness.errors import ServeError
 from benchmarks.harness.matrix.cells import Cell
 from benchmarks.harness.serve.client import PassResult, run_load
 from benchmarks.harness.serve.export import request_rows, write_export
@@ -48,7 +49,7 @@ class CellPasses:
         self.pool = pool
         self.running = running
         self.override_s: float | None = options.get("timeout_s")
-        self.limits: Timeouts = timeouts(None, 1, None, self.override_s)
+        self.limits: Timeouts = timeouts(None, 1, None, self.override_s)  # the first request's
         self.single_e2el_s: float | None = None
         self.rows: list[dict[str, Any]] = []
 
@@ -71,6 +72,13 @@ class CellPasses:
         )
         return e2el
 
+    def send(
+        self, seed: int, *, pass_index: int = 0, rate: float | None = None, count: int | None = None
+    ) -> PassResult:
+        """One pass, unchecked (module docstring)."""
+        spec = self.load.spec(seed, self.limits, pass_index=pass_index, rate=rate, count=count)
+        return run_load(spec)
+
     def run(
         self,
         seed: int,
@@ -80,9 +88,14 @@ class CellPasses:
         rate: float | None = None,
         count: int | None = None,
     ) -> PassResult:
-        """One pass (module docstring), checked before it returns."""
-        spec = self.load.spec(seed, self.limits, pass_index=pass_index, rate=rate, count=count)
-        result = run_load(spec)
+        """One pass, checked before it returns (module docstring)."""
+        result = self.send(seed, pass_index=pass_index, rate=rate, count=count)
+        self.check(result, label)
+        return result
+
+    def check(self, result: PassResult, label: str) -> None:
+        """Keep the pass's requests for the export under `label`, then fail the cell if the
+        server hung, refused every request or died (module docstring)."""
         self._keep(result, label)
         if result.all_timed_out:
             self.pool.fail(
@@ -90,20 +103,19 @@ class CellPasses:
                 f"hung: every request of a pass timed out ({self.limits.request_s:.0f} s each; "
                 f"--serve-timeout-s raises it): {result.records[0].error}",
             )
-        if result.all_refused:
-            self.pool.fail(
-                self.cell, f"every request of a pass was refused: {result.records[0].error}"
-            )
         dead = self.running.dead_reason()
+        if result.all_refused:
+            why = dead or "is the server still listening? (--serve-url, or its log)"
+            self.pool.fail(
+                self.cell, f"every request of a pass was refused: {result.records[0].error}; {why}"
+            )
         if dead is not None:
             self.pool.fail(self.cell, dead)
-        return result
 
     def _keep(self, result: PassResult, label: str) -> None:
-        self.rows.extend(
-            {**row, "round": label}  # "warmup 0", "round 2", "round 1 probe 3"
-            for row in request_rows(result.records, round_index=0, warmup=label.startswith("w"))
-        )
+        # label: "first", "warmup 0", "round 2", "round 1 probe 3"
+        warmup = label.startswith("warmup")
+        self.rows.extend(request_rows(result.records, round_index=label, warmup=warmup))
 
     def export(self, path: Path, header: Mapping[str, Any]) -> Path:
         """Write every request kept so far (module docstring); the file's path."""
@@ -125,9 +137,3 @@ def error_verdict(info: Mapping[str, Any], allow: float) -> str | None:
     return f"{errors} of {requests} requests failed{allowed}: {counted}" + (
         f"; e.g. {example}" if example else ""
     )
-
-
-def check_not_failed(pool: ServerPool, cell: Cell) -> None:
-    """ServeError when the cell's server already failed (a sibling cell found it hung)."""
-    if cell.build_key in pool.failed:
-        raise ServeError(pool.failed[cell.build_key])

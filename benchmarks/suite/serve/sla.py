@@ -96,7 +96,7 @@ def capacity_rounds(benchmark: Any, passes: CellPasses, cell: Cell) -> dict[str,
             share = figures.get("slo_met_share_from_schedule")
             return ProbeOutcome(
                 slo_met_share=float(share) if isinstance(share, float) else 0.0,
-                requests=int(figures["requests"]),  # type: ignore[call-overload]
+                requests=len(result.records),
                 figures={name: _float(figures.get(name)) for name in PROBE_FIGURES},
             )
 

@@ -55,3 +55,12 @@ def test_the_shipped_sample_dataset_reads():
     rows = read_dataset(Path(__file__).resolve().parents[3] / "matrix/datasets/chat-sample.jsonl")
     assert len(rows) == 32
     assert all(r.prompt_len and r.output_len for r in rows)
+
+
+def test_a_file_is_parsed_once_and_again_when_it_changes(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"prompt_len": 3, "output_len": 2}\n')
+    first = read_dataset(path)
+    assert read_dataset(path) is first  # the matrix, the sizing and each cell share one parse
+    path.write_text('{"prompt_len": 3, "output_len": 2}\n{"prompt_len": 5, "output_len": 1}\n')
+    assert len(read_dataset(path)) == 2
